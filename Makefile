@@ -1,0 +1,34 @@
+# make test: builds .venv (CPU stack + openrlhf 0.9.3 with our patches) and runs lint + the test suite.
+# make venv: only the environment.  make lint: ruff + shellcheck.  make bench: the benchmarks.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export PATH := $(abspath $(BIN)):$(PATH)
+SH_FILES = $(shell git ls-files '*.sh' .ci/run 2>/dev/null)
+
+.PHONY: test venv lint bench clean
+
+test: venv lint
+	bash apply_patches.sh
+	bash apply_patches.sh --check
+	$(BIN)/python -m pytest -q
+
+venv: $(VENV)/.stamp
+
+$(VENV)/.stamp: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip setuptools wheel
+	$(BIN)/pip install -q torch==2.13.0
+	DS_BUILD_OPS=0 $(BIN)/pip install -q --no-build-isolation -e ".[dev]"
+	$(BIN)/pip install -q --no-deps openrlhf==0.9.3
+	touch $@
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/shellcheck $(SH_FILES)
+
+bench: venv
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV)
