@@ -20,7 +20,8 @@ $(VENV)/.stamp: pyproject.toml
 	$(BIN)/pip install -q -U pip setuptools wheel
 	$(BIN)/pip install -q torch==2.13.0
 	DS_BUILD_OPS=0 $(BIN)/pip install -q --no-build-isolation -e ".[dev]"
-	$(BIN)/pip install -q --no-deps openrlhf==0.9.3
+	$(BIN)/pip download -q --no-deps openrlhf==0.9.3 -d .cache/wheels
+	$(BIN)/pip install -q --no-deps .cache/wheels/openrlhf-0.9.3-*.whl
 	touch $@
 
 lint: venv

@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import re
 
+from rft.prompts import strip_instruction
+
 _WS = re.compile(r"\s+")
 
 
 def normalize_problem(text: str) -> str:
-    """Lower-case and collapse whitespace: two problems that differ only in these are the same."""
-    return _WS.sub(" ", text).strip().lower()
+    """Drop the answer instruction, lower-case, collapse whitespace: rows equal after this are one problem."""
+    return _WS.sub(" ", strip_instruction(text)).strip().lower()
 
 
 def problem_hash(text: str) -> str:

@@ -1,0 +1,50 @@
+"""rft.io: atomic writes never leave partial files; JSONL errors name file and line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from rft import io
+
+
+def test_atomic_write_replaces_whole_file(tmp_path):
+    p = tmp_path / "sub" / "f.json"
+    io.atomic_write_json(p, {"a": 1})
+    io.atomic_write_json(p, {"b": 2})
+    assert json.loads(p.read_text()) == {"b": 2}
+    assert [x.name for x in p.parent.iterdir()] == ["f.json"]
+
+
+def test_failed_write_keeps_previous_file_and_no_temp(tmp_path):
+    p = tmp_path / "rows.jsonl"
+    io.atomic_write_jsonl(p, [{"input": "x", "label": "1"}])
+    before = p.read_bytes()
+
+    def rows():
+        yield {"input": "y", "label": "2"}
+        raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        io.atomic_write_jsonl(p, rows())
+    assert p.read_bytes() == before
+    assert [x.name for x in tmp_path.iterdir()] == ["rows.jsonl"]
+
+
+def test_jsonl_roundtrip_and_sha(tmp_path):
+    p = tmp_path / "r.jsonl"
+    rows = [{"input": "é", "label": "42"}, {"input": "b", "label": "-3"}]
+    assert io.atomic_write_jsonl(p, rows) == 2
+    assert io.read_jsonl(p) == rows
+    assert io.sha256_file(p) == hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("bad, msg", [('{"a": 1}\n{oops\n', ":2: not valid JSON"), ('[1, 2]\n', ":1: expected a JSON object")])
+def test_bad_jsonl_names_file_and_line(tmp_path, bad, msg):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(bad)
+    with pytest.raises(ValueError, match=msg) as e:
+        io.read_jsonl(p)
+    assert str(p) in str(e.value)
