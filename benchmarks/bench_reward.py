@@ -1,0 +1,241 @@
+"""Benchmark the exact-match reward against math-verify on generated, realistic rollouts.
+
+Both reward functions are called exactly as OpenRLHF 0.9.3 calls `--remote_rm_url file.py`: one sample
+per call, `queries` = prompt + response with special tokens, each call in `asyncio.to_thread`, all of
+a batch gathered at once. Prints responses/second and accuracy (agreement with the intended reward)
+on a mixed set (integer and symbolic answers, Harmony and plain, complete and truncated) and on an
+integer-answer set, with the ratios ours / math-verify.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import logging
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+QWEN_PROMPT = (
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n{problem}\n"
+    "Please reason step by step, and put your final answer within \\boxed{{}}.<|im_end|>\n<|im_start|>assistant\n"
+)
+HARMONY_PROMPT = (
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+    "Knowledge cutoff: 2024-06\nCurrent date: 2025-08-01\n\nReasoning: medium\n\n# Valid channels: analysis, "
+    "commentary, final. Channel must be included for every message.<|end|><|start|>user<|message|>{problem}\n"
+    "Please reason step by step, and put your final answer within \\boxed{{}}.<|end|><|start|>assistant"
+)
+FILLER = [
+    "First, note that ${a} + {b} = {c}$, so the running total is {c}.",
+    "Multiplying, we get ${a} \\times {b} = {d}$.",
+    "Let $n = {a}$; then $n^2 = {e}$ and $2n = {f}$.",
+    "We check the case $k = {b}$: it gives {c} remainders, which is too many.",
+    "Consider the equation $x^2 - {c}x + {d} = 0$ and its discriminant.",
+    "Hmm, wait. Let me recount: there are {a} rows and {b} columns, so {d} cells.",
+    "By symmetry the answer for {a} equals the answer for {b}.",
+]
+
+# (canonical label, equivalent written forms, a wrong answer)
+SYMBOLIC = [
+    ("\\frac{\\sqrt{3}}{2}", ["\\dfrac{\\sqrt{3}}{2}", "\\frac{1}{2}\\sqrt{3}", "\\frac{\\sqrt3}{2}"], "\\frac{\\sqrt{2}}{2}"),
+    ("\\frac{3}{4}", ["\\dfrac{3}{4}", "0.75", "3/4"], "\\frac{4}{3}"),
+    ("2\\pi", ["2 \\pi", "\\pi \\cdot 2"], "\\pi"),
+    ("(1,2)", ["(1, 2)", "\\left(1, 2\\right)"], "(2, 1)"),
+    ("[0,\\infty)", ["[0, \\infty)", "x \\in [0, \\infty)"], "(0, \\infty)"),
+    ("4\\sqrt{2}", ["\\sqrt{32}", "4 \\sqrt 2"], "2\\sqrt{2}"),
+    ("\\frac{1}{2^{10}}", ["\\frac{1}{1024}", "2^{-10}"], "\\frac{1}{2^{9}}"),
+    ("x^2+2x+1", ["(x+1)^2", "x^2 + 2x + 1"], "x^2+1"),
+    ("\\frac{5\\pi}{6}", ["\\dfrac{5\\pi}{6}", "\\frac{5}{6}\\pi"], "\\frac{\\pi}{6}"),
+    ("\\{-2,3\\}", ["\\{3, -2\\}", "-2, 3"], "\\{2,3\\}"),
+    ("3+2\\sqrt{2}", ["2\\sqrt{2}+3", "3 + \\sqrt{8}"], "3-2\\sqrt{2}"),
+    ("\\sqrt{5}-1", ["-1+\\sqrt{5}"], "\\sqrt{5}+1"),
+]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One rollout: prompt, full query as OpenRLHF decodes it, label, the intended reward, and its kind."""
+
+    prompt: str
+    query: str
+    label: str
+    expected: float
+    kind: str
+
+
+def _reasoning(rng: random.Random, sentences: int) -> str:
+    out = []
+    for _ in range(sentences):
+        a, b = rng.randint(2, 60), rng.randint(2, 60)
+        out.append(rng.choice(FILLER).format(a=a, b=b, c=a + b, d=a * b, e=a * a, f=2 * a))
+    return " ".join(out)
+
+
+def _int_forms(n: int, rng: random.Random) -> str:
+    """An integer written the way models write it."""
+    forms = [str(n), f"{n:,}", f"\\text{{{n}}}", f"x = {n}", f"{n}.", f"\\mathbf{{{n}}}", f"{n}\\text{{ cm}}"]
+    if 0 < n < 100:
+        forms.append(f"0{n}")
+    return rng.choice(forms)
+
+
+def make_sample(rng: random.Random, symbolic: bool) -> Sample:
+    """One realistic rollout with its intended reward (final-channel answer, no credit for truncation)."""
+    if symbolic:
+        label, forms, wrong = rng.choice(SYMBOLIC)
+        good = rng.choice([label, *forms])
+    else:
+        n = rng.choice([rng.randint(0, 999), rng.randint(1000, 999_999)])
+        label, good, wrong = str(n), _int_forms(n, rng), str(n + rng.choice([-10, -1, 1, 2, 100]))
+    problem = f"Problem {rng.randint(1, 10**6)}: {_reasoning(rng, 2)} Find the requested value."
+    think = _reasoning(rng, rng.randint(6, 30))
+    harmony = rng.random() < 0.5
+    kind = rng.choices(
+        ["boxed", "boxed_wrong", "phrase", "gsm8k", "last_number", "truncated", "unclosed", "decoy"],
+        weights=[40, 20, 8, 4, 4, 12, 4, 8],
+    )[0]
+    if symbolic and kind in ("gsm8k", "last_number"):
+        kind = "boxed"
+    expected = 1.0 if kind in ("boxed", "phrase", "gsm8k", "last_number") else 0.0
+    if kind == "boxed":
+        final = f"So the answer is $\\boxed{{{good}}}$."
+    elif kind == "boxed_wrong":
+        final = f"Therefore the answer is $\\boxed{{{wrong}}}$."
+    elif kind == "phrase":
+        final = f"The final answer is ${good}$."
+    elif kind == "gsm8k":
+        final = f"#### {label}"
+    elif kind == "last_number":
+        final = f"Subtracting the overlap leaves {label}."
+    elif kind == "unclosed":
+        final = f"So the answer is $\\boxed{{\\frac{{{label}}}{{"
+    elif kind == "decoy":  # right answer in the reasoning, wrong one given as the answer
+        think += f" Maybe it is \\boxed{{{good}}}? Let me double-check."
+        final = f"The final answer is {wrong}." if harmony else f"Actually no. The final answer is $\\boxed{{{wrong}}}$."
+    else:  # truncated mid-reasoning, right number last
+        final = None
+    if harmony:
+        prompt = HARMONY_PROMPT.format(problem=problem)
+        response = f"<|channel|>analysis<|message|>{think}"
+        if kind == "truncated":
+            response += f" So far the count is {label}"
+        elif kind == "unclosed":
+            response += f"<|end|><|start|>assistant<|channel|>final<|message|>{final}"
+        else:
+            response += f"<|end|><|start|>assistant<|channel|>final<|message|>{final}<|return|>"
+    else:
+        prompt = QWEN_PROMPT.format(problem=problem)
+        if kind == "truncated":
+            response = f"{think} So far the count is {label}"
+        elif kind == "unclosed":
+            response = f"{think}\n\n{final}"
+        else:
+            response = f"{think}\n\n{final}<|im_end|>"
+    return Sample(prompt, prompt + response, label, expected, ("harmony/" if harmony else "plain/") + kind)
+
+
+def make_set(n: int, symbolic_share: float, seed: int) -> list[Sample]:
+    """n samples, a share of them with symbolic answers."""
+    rng = random.Random(seed)
+    return [make_sample(rng, rng.random() < symbolic_share) for _ in range(n)]
+
+
+def load_ours() -> Callable:
+    """reward_func from reward_func_em.py, loaded by file path exactly as OpenRLHF does."""
+    spec = importlib.util.spec_from_file_location("reward_func", str(ROOT / "reward_func_em.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.reward_func
+
+
+def math_verify_reward_func(queries, prompts, labels) -> dict:
+    """math-verify used correctly in a thread: timeouts off, gold as LaTeX, prompt stripped off."""
+    from math_verify import parse, verify
+
+    rewards = []
+    for q, p, label in zip(queries, prompts, labels):
+        response = q[len(p) :] if q.startswith(p) else q
+        gold = parse(f"${label}$", parsing_timeout=None)
+        pred = parse(response, parsing_timeout=None)
+        rewards.append(float(bool(gold and pred and verify(gold, pred, timeout_seconds=None))))
+    return {"rewards": rewards, "scores": rewards, "extra_logs": {}}
+
+
+async def _score_all(fn: Callable, samples: list[Sample], desc: str) -> tuple[list[float], float]:
+    """Call fn per sample via asyncio.to_thread (as agent.py does), all gathered; rewards and seconds."""
+    bar = tqdm(total=len(samples), desc=desc, leave=False)
+
+    async def one(s: Sample) -> float:
+        out = await asyncio.to_thread(fn, [s.query], [s.prompt], [s.label])
+        bar.update(1)
+        return float(out["rewards"][0])
+
+    start = time.perf_counter()
+    rewards = await asyncio.gather(*(one(s) for s in samples))
+    elapsed = time.perf_counter() - start
+    bar.close()
+    return list(rewards), elapsed
+
+
+def run(fn: Callable, samples: list[Sample], desc: str) -> tuple[float, float, list[float]]:
+    """responses/second, accuracy, rewards."""
+    rewards, elapsed = asyncio.run(_score_all(fn, samples, desc))
+    acc = sum((r > 0.5) == (s.expected > 0.5) for r, s in zip(rewards, samples)) / len(samples)
+    return len(samples) / elapsed, acc, rewards
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=1200, help="samples in each set (mixed and integer-only)")
+    ap.add_argument("--symbolic-share", type=float, default=0.3, help="share of symbolic answers in the mixed set")
+    ap.add_argument("--seed", type=int, default=0, help="random seed for the generated sets")
+    ap.add_argument("--show-errors", type=int, default=0, help="print this many misjudged samples per method")
+    args = ap.parse_args()
+    logging.disable(logging.WARNING)  # math-verify warns once per call site about disabled timeouts
+
+    import rft.symbolic
+
+    ours = load_ours()
+    sets = {
+        "mixed": make_set(args.n, args.symbolic_share, args.seed),
+        "integer": make_set(args.n, 0.0, args.seed + 1),
+    }
+    # Warm up both (imports, math-verify child process, regex caches) on a separate set.
+    warm = make_set(40, 0.5, args.seed + 2)
+    run(ours, warm, "warm-up ours")
+    run(math_verify_reward_func, warm, "warm-up math-verify")
+    rft.symbolic._cache.clear()
+
+    table = Table(title=f"reward throughput and accuracy (n={args.n} per set, OpenRLHF call path)")
+    for col in ("set", "method", "responses/s", "accuracy", "speed ratio", "symbolic calls"):
+        table.add_column(col, justify="right" if col not in ("set", "method") else "left")
+    console = Console()
+    for name, samples in sets.items():
+        calls_before = rft.symbolic.stats["calls"]
+        ours_rps, ours_acc, ours_r = run(ours, samples, f"{name}: ours")
+        sym_calls = rft.symbolic.stats["calls"] - calls_before
+        mv_rps, mv_acc, mv_r = run(math_verify_reward_func, samples, f"{name}: math-verify")
+        table.add_row(name, "rft (ours)", f"{ours_rps:,.0f}", f"{ours_acc:.2%}", f"{ours_rps / mv_rps:.1f}x", str(sym_calls))
+        table.add_row(name, "math-verify", f"{mv_rps:,.0f}", f"{mv_acc:.2%}", "1.0x", "-")
+        for label, rewards in (("ours", ours_r), ("math-verify", mv_r)):
+            wrong = [s for s, r in zip(samples, rewards) if (r > 0.5) != (s.expected > 0.5)]
+            for s in wrong[: args.show_errors]:
+                console.print(f"[{name}/{label}] {s.kind} label={s.label!r} tail={s.query[-160:]!r}")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Generated metrics/spike logs for monitor tests: one seeded scenario per run pattern the monitor must name.
+
+Key names are the ones the patched OpenRLHF 0.9.3 trainer writes (`reward`, `kl`, `logprobs_diff`,
+`vllm_kl`, `entropy_loss`, `truncated`, `group_reward_std`, plus our reward extra_logs and loss diagnostics).
+Held-out evals are written as a separate record with the same `global_step`, as the trainer logs them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+STEPS = 40
+EVAL_EVERY = 5
+PROBE = "eval_ood_pass1"
+
+
+def _clip(x: float, lo: float = 0.0, hi: float = 1.0) -> float:
+    return min(max(x, lo), hi)
+
+
+def base_row(step: int, rng: random.Random, *, learn: float = 0.004, kl_scale: float = 1e-3) -> dict:
+    """A healthy step: correctness rising `learn`/step, KL to reference growing, everything else steady."""
+    correct = _clip(0.35 + learn * step + rng.gauss(0, 0.02))
+    kl = kl_scale * step / 10 * (1 + rng.gauss(0, 0.05))
+    return {
+        "global_step": step,
+        "timestamp": 1_700_000_000 + 660 * step,
+        "reward": correct,
+        "reward_mean": correct,
+        "reward_std": 0.45,
+        "reward_min": 0.0,
+        "reward_max": 1.0,
+        "correctness": correct,
+        "has_boxed": _clip(0.93 + rng.gauss(0, 0.01)),
+        "has_answer": _clip(0.97 + rng.gauss(0, 0.005)),
+        "boxed_in_final": 0.9,
+        "parse_method": 1.9,
+        "truncated_response": 0.1,
+        "truncated": _clip(0.12 + rng.gauss(0, 0.02)),
+        "response_length": 2400 + rng.gauss(0, 80),
+        "total_length": 2600 + rng.gauss(0, 80),
+        "policy_loss": 0.05 + rng.gauss(0, 0.005),
+        "grad_norm": abs(0.8 + rng.gauss(0, 0.15)),
+        "actor_lr": 5e-7,
+        "kl": kl,
+        "logprobs_diff": kl * (1 + rng.gauss(0, 0.05)),
+        "vllm_kl": abs(2e-4 + rng.gauss(0, 5e-5)),
+        "ppo_kl": rng.gauss(0, 1e-5),
+        "ppo_clip_ratio": 0.0,
+        "entropy_loss": 1.4 + rng.gauss(0, 0.03),
+        "group_reward_std": 0.0 if step == 1 else 0.3 + rng.gauss(0, 0.02),
+        "logratio_raw_max": 1.5 + rng.gauss(0, 0.1),
+        "logratio_max": 1.5,
+        "logratio_min": -1.4,
+        "ratio_max": 4.5,
+        "logratio_abs_p99": 0.2,
+    }
+
+
+def _eval_rows(scores: dict[int, float]) -> dict[int, dict]:
+    return {s: {"global_step": s, "event": "eval", PROBE: v, "eval_aime_pass1": round(v * 18 * 0.7) / 18} for s, v in scores.items()}
+
+
+def _binomial_scores(rng: random.Random, p_at: Callable[[int], float], n: int = 202) -> dict[int, float]:
+    return {s: sum(rng.random() < p_at(s) for _ in range(n)) / n for s in range(EVAL_EVERY, STEPS + 1, EVAL_EVERY)}
+
+
+def scenario(name: str) -> tuple[list[dict], list[dict]]:
+    """(metrics records, spike-log records) of a named scenario; see SCENARIOS."""
+    rng = random.Random(sum(map(ord, name)))
+    spikes: list[dict] = []
+    if name == "healthy":
+        rows = [base_row(s, rng) for s in range(1, STEPS + 1)]
+        evals = _binomial_scores(rng, lambda s: 0.38 + 0.004 * s)
+    elif name == "flat":
+        rows = [base_row(s, rng, learn=0.0, kl_scale=1e-4 * 10 / max(s, 1)) for s in range(1, STEPS + 1)]
+        evals = _binomial_scores(rng, lambda s: 0.41)
+    elif name == "spiking":
+        rows = [base_row(s, rng) for s in range(1, STEPS + 1)]
+        for step, g, raw in ((17, 180.0, 9.5), (29, 250.0, 12.0), (35, 390.0, 14.2)):
+            rows[step - 1].update(grad_norm=g, policy_loss=0.45, logratio_raw_max=raw, ratio_max=2.4e4)
+            spikes.append({
+                "global_step": step, "grad_norm": g, "logratio_raw_max": raw, "logratio_max": raw,
+                "ratio_max": 2.4e4, "logratio_abs_p99": 3.1, "prompt_hashes": [f"{step:032x}", f"{step + 1:032x}"],
+            })
+        evals = _binomial_scores(rng, lambda s: 0.38 + 0.004 * s)
+    elif name == "hacking":
+        rows = [base_row(s, rng, learn=0.007) for s in range(1, STEPS + 1)]
+        evals = dict(zip(range(5, 41, 5), [0.42, 0.43, 0.41, 0.42, 0.40, 0.41, 0.39, 0.40], strict=True))
+    elif name == "collapsing":
+        rows = []
+        for s in range(1, STEPS + 1):
+            row = base_row(s, rng)
+            fade = max(0.0, (s - 20) / 20)
+            row["response_length"] = 2400 * (1 - 0.75 * fade) + rng.gauss(0, 40)
+            row["entropy_loss"] = 1.4 * (1 - 0.8 * fade) + rng.gauss(0, 0.02)
+            rows.append(row)
+        evals = _binomial_scores(rng, lambda s: 0.42)
+    elif name == "early_stop":
+        rows = [base_row(s, rng) for s in range(1, STEPS + 1)]
+        evals = dict(zip(range(5, 41, 5), [0.40, 0.43, 0.45, 0.47, 0.46, 0.38, 0.30, 0.29], strict=True))
+    elif name == "broken_sync":
+        rows = [base_row(s, rng) for s in range(1, 13)]
+        for row in rows:
+            s = row["global_step"]
+            row.update(vllm_kl=0.12 + rng.gauss(0, 0.01), kl=-2e-4 * s, logprobs_diff=-2e-4 * s)
+        evals = {}
+    elif name == "smoke_fail":
+        rows = [base_row(s, rng) for s in range(1, 7)]
+        for row in rows:
+            row.update(reward=0.0, reward_mean=0.0, correctness=0.0, has_boxed=0.25, truncated=0.65)
+        evals = {}
+    elif name == "upstream_only":
+        keep = {"global_step", "timestamp", "reward", "kl", "logprobs_diff", "policy_loss", "actor_lr",
+                "ppo_kl", "ppo_clip_ratio", "response_length", "total_length", "truncated", "group_reward_std"}
+        rows = [{k: v for k, v in base_row(s, rng).items() if k in keep} for s in range(1, 16)]
+        evals = {}
+    else:
+        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    by_step = _eval_rows(evals)
+    out = []
+    for row in rows:
+        out.append(row)
+        if row["global_step"] in by_step:
+            out.append(by_step[row["global_step"]])
+    return out, spikes
+
+
+SCENARIOS = ("healthy", "flat", "spiking", "hacking", "collapsing", "early_stop", "broken_sync", "smoke_fail",
+             "upstream_only")
+
+
+def write_scenario(name: str, directory: Path) -> Path:
+    """Write a scenario's training_metrics.jsonl (+ spike_log.jsonl) into `directory`; returns the directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if name == "corrupted":
+        (directory / "training_metrics.jsonl").write_text(corrupted_text())
+        return directory
+    rows, spikes = scenario(name)
+    (directory / "training_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if spikes:
+        (directory / "spike_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in spikes))
+    return directory
+
+
+def corrupted_text() -> str:
+    """What real logs contain: garbage, NaN/inf, missing keys, a restart repeating steps, a partial last line."""
+    rng = random.Random(7)
+    lines = [json.dumps(base_row(s, rng)) for s in range(1, 11)]
+    lines[3] = lines[3][:40] + "}{garbage"  # step 4 written over by a crashed writer
+    lines.insert(5, "[1, 2, 3]")  # not an object
+    lines.insert(6, json.dumps({"reward": 0.5}))  # no global_step
+    lines.append(json.dumps({"global_step": 11}))  # a record with no metrics at all
+    # restart from the step-8 checkpoint: steps 8.. repeat with new values (marked with correctness 0.99)
+    for s in range(8, 13):
+        row = base_row(s, rng)
+        row["correctness"] = 0.99
+        lines.append(json.dumps(row))
+    lines.append(json.dumps({"global_step": 12, "grad_norm": float("nan"), "policy_loss": float("inf")}))
+    lines.append(json.dumps({"global_step": 12, "event": "eval", "eval_ood_pass1": None}))  # writer's null
+    text = "\n".join(lines) + "\n"
+    return text + json.dumps(base_row(13, rng))[:57]  # partially written last line, no newline

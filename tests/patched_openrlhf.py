@@ -1,0 +1,62 @@
+"""Make `import openrlhf` give the real OpenRLHF 0.9.3 with our patch series applied, on CPU.
+
+Tests import `patched_openrlhf` (a session fixture): it applies `patches/series` with apply_patches.sh to a
+fresh copy of the pristine wheel and puts that copy first on sys.path, together with the import-only
+`tests/stubs` for vllm/flash_attn. If another test already imported openrlhf, it checks that copy is patched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STUBS = ROOT / "tests" / "stubs"
+APPLY = ROOT / "apply_patches.sh"
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+
+
+def run_apply(*args: str, target: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run apply_patches.sh with the given arguments (and --target) and capture its output."""
+    cmd = ["bash", str(APPLY), *args]
+    if target is not None:
+        cmd += ["--target", str(target)]
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+
+
+def stub_env(extra_path: Path | None = None) -> dict[str, str]:
+    """Environment for a subprocess that imports (patched) OpenRLHF on CPU."""
+    paths = [str(p) for p in (extra_path, STUBS) if p is not None]
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(paths + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "DS_ACCELERATOR": "cpu",
+        "TORCHDYNAMO_DISABLE": "1",
+    }
+
+
+@pytest.fixture(scope="session")
+def patched_openrlhf(pristine_openrlhf_root, tmp_path_factory) -> Path:
+    """Directory whose `openrlhf/` is the patched 0.9.3 that `import openrlhf` now resolves to."""
+    if str(STUBS) not in sys.path:
+        sys.path.insert(0, str(STUBS))
+    if "openrlhf" in sys.modules:
+        site = Path(sys.modules["openrlhf"].__path__[0]).parent
+        res = run_apply("--check", target=site)
+        if res.returncode != 0:
+            pytest.fail(f"openrlhf already imported from {site} and it is not patched:\n{res.stdout}{res.stderr}")
+        return site
+    site = tmp_path_factory.mktemp("openrlhf-patched")
+    shutil.copytree(pristine_openrlhf_root / "openrlhf", site / "openrlhf")
+    res = run_apply(target=site)
+    if res.returncode != 0:
+        pytest.fail(f"apply_patches.sh failed:\n{res.stdout}{res.stderr}")
+    sys.path.insert(0, str(site))
+    return site

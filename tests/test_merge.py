@@ -1,0 +1,174 @@
+"""rft.merge on a real tiny Qwen2 model and a real PEFT LoRA adapter: merge, cache, atomicity, refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_model import build_tiny_model, fabricate_lora_adapter
+
+from rft import merge
+from rft.merge import MergeError, base_load_kwargs, resolve_base, resolve_model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tuple[Path, Path]:
+    """(base model dir, adapter dir) built once for this module."""
+    root = tmp_path_factory.mktemp("tiny-merge")
+    base = build_tiny_model(root / "base")
+    return base, fabricate_lora_adapter(base, root / "adapter")
+
+
+def copy_adapter(adapter: Path, dest: Path) -> Path:
+    shutil.copytree(adapter, dest)
+    return dest
+
+
+def logits(model, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def test_merged_logits_equal_base_plus_adapter(tiny, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base, adapter = tiny
+    merged_dir, record = resolve_model(adapter, merged_dir=tmp_path / "cache", dtype="float32")
+    assert record["kind"] == "adapter" and record["cache_hit"] is False
+    ids = torch.tensor([[5, 17, 42, 99, 3, 150, 7, 64]])
+    with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter)
+    merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32)
+    plain = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    expected, got = logits(with_adapter.eval(), ids), logits(merged.eval(), ids)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    assert (logits(plain.eval(), ids) - expected).abs().max() > 1e-2  # the adapter really changes outputs
+    assert not any("lora_" in k for k in merged.state_dict())
+
+
+def test_merged_dir_carries_tokenizer_generation_config_and_manifest(tiny, tmp_path):
+    base, adapter = tiny
+    merged_dir, record = resolve_model(adapter, merged_dir=tmp_path, dtype="float32")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json", merge.MANIFEST):
+        assert (merged_dir / name).is_file(), name
+    assert (merged_dir / "generation_config.json").read_bytes() == (base / "generation_config.json").read_bytes()
+    manifest = json.loads((merged_dir / merge.MANIFEST).read_text())
+    assert manifest["adapter_sha256"] == merge.adapter_hash(adapter) == record["adapter_sha256"]
+    assert merge.quantization_method(merged_dir) is None
+    assert merged_dir.name == record["merge_key"][:24]
+
+
+def test_cache_hit_then_miss_when_adapter_changes(tiny, tmp_path):
+    base, adapter = tiny
+    mine = copy_adapter(adapter, tmp_path / "adapter")
+    first, rec1 = resolve_model(mine, merged_dir=tmp_path / "cache", dtype="float32")
+    again, rec2 = resolve_model(mine, merged_dir=tmp_path / "cache", dtype="float32")
+    assert (again, rec2["cache_hit"]) == (first, True)
+    fabricate_lora_adapter(base, mine, seed=7)  # same path, new weights
+    changed, rec3 = resolve_model(mine, merged_dir=tmp_path / "cache", dtype="float32")
+    assert rec3["cache_hit"] is False and changed != first
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([first.name, changed.name])
+
+
+def test_crash_mid_merge_leaves_nothing_a_later_run_trusts(tiny, tmp_path, monkeypatch):
+    _, adapter = tiny
+    cache = tmp_path / "cache"
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(merge.shutil, "copyfile", crash)  # fails after the weights were written
+    with pytest.raises(OSError, match="disk full"):
+        resolve_model(adapter, merged_dir=cache, dtype="float32")
+    assert list(cache.iterdir()) == []  # no half-merged dir, no temp dir
+    assert merge.adapter_weights_file(adapter).is_file()  # the adapter is untouched
+    monkeypatch.undo()
+    merged_dir, record = resolve_model(adapter, merged_dir=cache, dtype="float32")
+    assert record["cache_hit"] is False and (merged_dir / merge.MANIFEST).is_file()
+
+
+def test_full_model_dir_is_used_as_is(tiny):
+    base, _ = tiny
+    path, record = resolve_model(base)
+    assert path == base.resolve() and record["kind"] == "model"
+
+
+def test_missing_adapter_weights_is_named(tiny, tmp_path):
+    _, adapter = tiny
+    broken = copy_adapter(adapter, tmp_path / "broken")
+    (broken / "adapter_model.safetensors").unlink()
+    with pytest.raises(MergeError, match=r"broken: LoRA adapter has no weights file.*adapter_model\.safetensors"):
+        resolve_model(broken, merged_dir=tmp_path / "cache")
+
+
+def test_base_not_found_is_named_and_base_flag_overrides(tiny, tmp_path):
+    base, adapter = tiny
+    moved = copy_adapter(adapter, tmp_path / "moved")
+    cfg = json.loads((moved / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = str(tmp_path / "no-such-base")
+    (moved / "adapter_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(MergeError, match=r"no-such-base.*base_model_name_or_path.*not found.*--base"):
+        resolve_model(moved, merged_dir=tmp_path / "cache")
+    assert resolve_base(moved, str(base)) == base.resolve()
+    with pytest.raises(MergeError, match="not found"):
+        resolve_base(moved, "nobody/no-such-model-anywhere")
+
+
+def test_not_a_model_at_all(tmp_path):
+    with pytest.raises(MergeError, match="neither a model directory"):
+        resolve_model(tmp_path)
+    with pytest.raises(MergeError, match="does not exist"):
+        resolve_model(tmp_path / "missing")
+
+
+def write_config(path: Path, quant: dict | None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = {"model_type": "gpt_oss"} | ({"quantization_config": quant} if quant else {})
+    (path / "config.json").write_text(json.dumps(cfg))
+    return path
+
+
+def test_mxfp4_base_is_dequantized_or_refused(tmp_path):
+    from transformers import Mxfp4Config
+
+    mx = write_config(tmp_path / "mx", {"quant_method": "mxfp4"})
+    kwargs = base_load_kwargs(mx, "bfloat16", dequantize=True)
+    assert isinstance(kwargs["quantization_config"], Mxfp4Config) and kwargs["quantization_config"].dequantize
+    assert kwargs["dtype"] is torch.bfloat16
+    with pytest.raises(MergeError, match=r"MXFP4-quantized and --no-dequantize"):
+        base_load_kwargs(mx, "bfloat16", dequantize=False)
+    other = write_config(tmp_path / "awq", {"quant_method": "awq"})
+    with pytest.raises(MergeError, match=r"quantized \(awq\)"):
+        base_load_kwargs(other, "bfloat16", dequantize=True)
+    plain = write_config(tmp_path / "plain", None)
+    assert "quantization_config" not in base_load_kwargs(plain, "float32", dequantize=False)
+
+
+def test_mxfp4_refusal_happens_before_any_merge_work(tiny, tmp_path):
+    base, adapter = tiny
+    mx_base = tmp_path / "mx-base"
+    shutil.copytree(base, mx_base)
+    cfg = json.loads((mx_base / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "mxfp4"}
+    (mx_base / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(MergeError, match="MXFP4"):
+        resolve_model(adapter, base=str(mx_base), merged_dir=tmp_path / "cache", dequantize=False)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_tokenizer_prefers_the_one_saved_with_the_adapter(tiny, tmp_path):
+    base, adapter = tiny
+    assert merge.tokenizer_source(adapter, base) == base
+    with_tok = copy_adapter(adapter, tmp_path / "with-tok")
+    shutil.copy(base / "tokenizer_config.json", with_tok / "tokenizer_config.json")
+    assert merge.tokenizer_source(with_tok, base) == with_tok
+
+
+def test_default_merged_dir_from_env(monkeypatch):
+    monkeypatch.setenv("RFT_MERGED_DIR", "/somewhere/merged")
+    assert merge.default_merged_dir() == Path("/somewhere/merged")
+    monkeypatch.delenv("RFT_MERGED_DIR")
+    assert merge.default_merged_dir() == Path(merge.DEFAULT_MERGED_DIR)

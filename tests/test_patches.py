@@ -1,0 +1,150 @@
+"""apply_patches.sh and patches/series against the real, pristine OpenRLHF 0.9.3 wheel."""
+
+from __future__ import annotations
+
+import filecmp
+import subprocess
+import sys
+from pathlib import Path
+
+from patched_openrlhf import ROOT, run_apply, stub_env
+
+PATCHES = ROOT / "patches"
+PATCHED_MODULES = [
+    "openrlhf.models.loss",
+    "openrlhf.models.actor",
+    "openrlhf.trainer.ppo_utils.experience_maker",
+    "openrlhf.trainer.ray.ppo_actor",
+    "openrlhf.trainer.ray.vllm_engine",
+    "openrlhf.trainer.ray.vllm_worker_wrap",
+    "openrlhf.trainer.ppo_trainer",
+    "openrlhf.trainer.ppo_trainer_async",
+    "openrlhf.utils.deepspeed.deepspeed",
+    "openrlhf.cli.train_ppo_ray",
+]
+
+
+def series() -> list[str]:
+    return [ln.strip() for ln in (PATCHES / "series").read_text().splitlines() if ln.strip() and ln[0] != "#"]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def litter(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.suffix in (".rej", ".orig") or p.name.endswith("~")]
+
+
+def test_series_names_every_patch_once():
+    names = series()
+    assert len(names) == len(set(names))
+    assert sorted(names) == sorted(p.name for p in PATCHES.glob("*.patch"))
+    for name in names:
+        text = (PATCHES / name).read_text()
+        assert text.startswith("--- a/openrlhf/"), name
+        assert "+++ b/openrlhf/" in text, name
+
+
+def test_apply_reapply_check_reverse(openrlhf_copy, pristine_openrlhf_root):
+    before = tree(openrlhf_copy)
+    first = run_apply(target=openrlhf_copy)
+    assert first.returncode == 0, first.stderr
+    assert f"applied {len(series())} patches" in first.stdout
+    after = tree(openrlhf_copy)
+    changed = {k for k in after if after[k] != before.get(k)}
+    assert "openrlhf/models/loss.py" in changed and "openrlhf/trainer/ray/ppo_actor.py" in changed
+
+    again = run_apply(target=openrlhf_copy)
+    assert again.returncode == 0, again.stderr
+    assert "already applied" in again.stdout
+    assert tree(openrlhf_copy) == after
+
+    check = run_apply("--check", target=openrlhf_copy)
+    assert check.returncode == 0, check.stdout
+    for name in series():
+        assert f"{name}" in check.stdout
+    assert sum(ln.split()[-1] == "applied" and ".patch" in ln for ln in check.stdout.splitlines()) == len(series())
+
+    rev = run_apply("--reverse", target=openrlhf_copy)
+    assert rev.returncode == 0, rev.stderr
+    assert tree(openrlhf_copy) == before
+    cmp = filecmp.dircmp(openrlhf_copy / "openrlhf", pristine_openrlhf_root / "openrlhf", ignore=["__pycache__"])
+    assert not cmp.diff_files and not cmp.left_only and not cmp.right_only
+
+    unapplied = run_apply("--check", target=openrlhf_copy)
+    assert unapplied.returncode == 1
+    assert sum(ln.endswith(".patch") is False and ln.rstrip().endswith("not applied") and ".patch" in ln
+               for ln in unapplied.stdout.splitlines()) == len(series())
+    assert not litter(openrlhf_copy)
+
+
+def test_conflict_changes_nothing_and_names_patch_and_hunk(openrlhf_copy):
+    trainer = openrlhf_copy / "openrlhf/trainer/ppo_trainer.py"
+    text = trainer.read_text()
+    assert "        # Log to wandb/tensorboard\n" in text
+    trainer.write_text(text.replace("        # Log to wandb/tensorboard\n", "        # log (locally edited)\n"))
+    before = tree(openrlhf_copy)
+
+    res = run_apply(target=openrlhf_copy)
+    assert res.returncode == 1
+    assert "metrics_trainer.patch" in res.stderr
+    assert "Hunk #" in res.stderr and "FAILED" in res.stderr
+    assert "nothing was changed" in res.stderr
+    assert tree(openrlhf_copy) == before
+    assert not litter(openrlhf_copy)
+
+    check = run_apply("--check", target=openrlhf_copy)
+    assert check.returncode == 2
+    assert "metrics_trainer.patch" in check.stdout and "conflicts" in check.stdout
+    assert "ratio_logging_loss.patch     not applied" in check.stdout
+
+
+def test_refuses_any_other_version(openrlhf_copy):
+    meta = openrlhf_copy / "openrlhf-0.9.4.dist-info" / "METADATA"
+    meta.parent.mkdir()
+    meta.write_text("Metadata-Version: 2.1\nName: openrlhf\nVersion: 0.9.4\n")
+    before = tree(openrlhf_copy)
+    res = run_apply(target=openrlhf_copy)
+    assert res.returncode == 1
+    assert "0.9.4" in res.stderr and "0.9.3 only" in res.stderr
+    assert tree(openrlhf_copy) == before
+
+
+def test_finds_the_installed_openrlhf_through_python(openrlhf_copy):
+    meta = openrlhf_copy / "openrlhf-0.9.3.dist-info" / "METADATA"
+    meta.parent.mkdir()
+    meta.write_text("Metadata-Version: 2.1\nName: openrlhf\nVersion: 0.9.3\n")
+    env = {"PYTHONPATH": str(openrlhf_copy), "PYTHON": sys.executable}
+    res = run_apply(env=env)
+    assert res.returncode == 0, res.stderr
+    assert str(openrlhf_copy) in res.stdout
+    check = run_apply("--check", env=env)
+    assert check.returncode == 0 and f"at {openrlhf_copy}/openrlhf" in check.stdout
+    bad = run_apply("--bogus")
+    assert bad.returncode == 2 and "--bogus" in bad.stderr
+
+
+def test_every_patched_module_compiles_and_imports(openrlhf_copy):
+    assert run_apply(target=openrlhf_copy).returncode == 0
+    code = (
+        "import importlib, sys\n"
+        f"mods = {PATCHED_MODULES!r}\n"
+        "for m in mods:\n"
+        "    mod = importlib.import_module(m)\n"
+        f"    assert mod.__file__.startswith({str(openrlhf_copy)!r}), mod.__file__\n"
+        "print('imported', len(mods))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=stub_env(openrlhf_copy), timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"imported {len(PATCHED_MODULES)}" in res.stdout
+    comp = subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(openrlhf_copy / "openrlhf")], capture_output=True, text=True
+    )
+    assert comp.returncode == 0, comp.stdout + comp.stderr

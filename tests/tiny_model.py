@@ -1,0 +1,141 @@
+"""A tiny Qwen2-style causal LM with random weights and a locally trained BPE tokenizer, for CPU tests.
+
+The chat template mimics the two gpt-oss features eval must control: a system line with the current
+date (via the `strftime_now` global) and a `reasoning_effort` variable defaulting to "medium".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+CHAT_TEMPLATE = (
+    "{%- if reasoning_effort is not defined %}{%- set reasoning_effort = 'medium' %}{%- endif %}"
+    "{{- '<|im_start|>system\\nCurrent date: ' + strftime_now('%Y-%m-%d') + '\\nReasoning: '"
+    " + reasoning_effort + '<|im_end|>\\n' }}"
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+_CORPUS = [
+    "Please reason step by step, and put your final answer within \\boxed{}.",
+    "The answer is \\boxed{12}. So the final answer is 7.",
+    "Find the sum of all integers n such that n^2 + 3n = 40. Compute 2 + 3 = 5.",
+    "We have 1 2 3 4 5 6 7 8 9 0 10 11 12 13 14 15 16 17 18 19 20 21 42 99 100.",
+    "Therefore \\boxed{3} and \\boxed{8} and \\boxed{42}. Let x = 4, then y = 9.",
+    "".join(chr(c) for c in range(32, 127)) + "\n",  # every printable ASCII character has a token
+]
+
+
+def build_tokenizer(vocab_size: int = 200):
+    """A byte-level BPE tokenizer trained on a few math sentences, with the chat template above."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 20, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        model_input_names=["input_ids", "attention_mask"],
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def format_examples(tok, n: int, seed: int) -> list[str]:
+    """Chat-rendered "What is a+b?" prompts followed by a boxed answer and end of turn."""
+    import random
+
+    rng = random.Random(seed)
+    instruction = "Please reason step by step, and put your final answer within \\boxed{}."
+    out = []
+    for _ in range(n):
+        a, b = rng.randint(0, 20), rng.randint(0, 20)
+        chat = [{"role": "user", "content": f"What is {a}+{b}?\n\n{instruction}"}]
+        prompt = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        out.append(prompt + f"So the answer is \\boxed{{{a + b}}}.<|im_end|>")
+    return out
+
+
+def teach_format(model, tok, steps: int, seed: int) -> None:
+    """A few AdamW steps on format_examples so greedy output ends in \\boxed{N} and end of turn."""
+    import torch
+
+    texts = format_examples(tok, 256, seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for step in range(steps):
+        batch = tok(texts[(step * 16) % 256 : (step * 16) % 256 + 16], return_tensors="pt", padding=True)
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        loss = model(**batch, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+
+
+def build_tiny_model(out_dir: str | Path, seed: int = 0, vocab_size: int = 200, train_steps: int = 0) -> Path:
+    """Save a random-weight Qwen2 model + tokenizer + generation config to `out_dir`; returns it.
+
+    `train_steps` > 0 first teaches the answer format for a few steps (random answers, real format).
+    """
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(out_dir)
+    tok = build_tokenizer(vocab_size)
+    config = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        initializer_range=0.2,
+        bos_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config).eval()
+    if train_steps:
+        teach_format(model, tok, train_steps, seed)
+    model.generation_config = GenerationConfig(
+        eos_token_id=[tok.eos_token_id], pad_token_id=tok.pad_token_id, bos_token_id=tok.pad_token_id
+    )
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return out
+
+
+def fabricate_lora_adapter(base_dir: str | Path, out_dir: str | Path, seed: int = 1, scale: float = 0.5) -> Path:
+    """Save a real PEFT LoRA adapter for the tiny model with non-zero A and B (so it changes outputs)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj", "up_proj"], lora_dropout=0.0)
+    peft_model = get_peft_model(base, cfg)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_A" in name or "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * scale)
+    peft_model.save_pretrained(out_dir)
+    return Path(out_dir)

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# gpt-oss-120b over train_grpo_20b.sh: same GPU split, actor ZeRO-3 with CPU param + Adam offload, LoRA 64/128.
+# Usage: bash train_grpo_120b.sh [--dry-run] [any OpenRLHF flag, which overrides the script's] 2>&1 | tee train_120b.log
+set -euo pipefail
+# shellcheck source=scripts/launch_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
+
+export MODEL="${MODEL:-openai/gpt-oss-120b}"
+export RUN_NAME="${RUN_NAME:-gpt-oss-120b-grpo}"
+export RFT_PROFILE="${RFT_PROFILE:-120b}"
+
+ARGS=(
+    # Larger model, larger adapter (alpha/rank stays 2).
+    --lora_rank 64
+    --lora_alpha 128
+    # 120b recipe: lr 1e-6, no KL term (so no reference model), 8 prompts per step.
+    --actor_learning_rate 1e-6
+    --init_kl_coef 0
+    --rollout_batch_size 8
+    --train_batch_size 8
+    --generate_max_len 3072
+    --lr_warmup_ratio 0.03
+    --num_episodes 50
+)
+# 234 GB of bf16 weights over 4 GPUs: parameters (OFFLOAD, our patched flag) and Adam states go to CPU,
+# and ZeRO-3 offload needs reentrant gradient checkpointing (non-reentrant checks shapes that change).
+rft_switch OFFLOAD 1 --offload
+rft_switch ADAM_OFFLOAD 1 --adam_offload
+rft_switch REENTRANT_CHECKPOINTING 1 --gradient_checkpointing_use_reentrant
+
+exec bash "$RFT_ROOT/train_grpo_20b.sh" "${ARGS[@]}" "$@"

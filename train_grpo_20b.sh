@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# GRPO (dr_grpo) LoRA training of gpt-oss-20b on one 8xH100 node: vLLM 2 engines x TP=2 on GPUs 0-3, actor ZeRO-3 on 4-7.
+# Usage: bash train_grpo_20b.sh [--dry-run] [any OpenRLHF flag, which overrides the script's] 2>&1 | tee train_20b.log
+set -euo pipefail
+# shellcheck source=scripts/launch_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
+
+# Machine settings and paths (override from the environment).
+MODEL="${MODEL:-openai/gpt-oss-20b}"
+RUN_NAME="${RUN_NAME:-gpt-oss-20b-grpo}"
+DATA_DIR="${DATA_DIR:-$RFT_ROOT/data}"
+PROMPT_DATA="${PROMPT_DATA:-$DATA_DIR/sft_rl_pool.jsonl}"
+EVAL_DATA="${EVAL_DATA:-$DATA_DIR/probe_set_200_ood.jsonl}"
+REWARD_FUNC="${REWARD_FUNC:-$RFT_ROOT/reward_func_em.py}"
+DATA_ROOT="${DATA_ROOT:-/mnt/data}"
+SCRATCH="${SCRATCH:-/mnt/scratch}"
+SAVE_PATH="${SAVE_PATH:-$DATA_ROOT/rft_output/$RUN_NAME}"
+CKPT_PATH="${CKPT_PATH:-$DATA_ROOT/rft_checkpoints/$RUN_NAME}"
+export METRICS_LOG_DIR="${METRICS_LOG_DIR:-$SCRATCH/rft_metrics/$RUN_NAME}"
+export SAMPLES_LOG_DIR="${SAMPLES_LOG_DIR:-$SCRATCH/rft_samples/$RUN_NAME}"
+export SPIKE_LOG_PATH="${SPIKE_LOG_PATH:-$METRICS_LOG_DIR/spike_log.jsonl}"
+# RAY_ADDRESS (if set) makes OpenRLHF join that cluster; unset starts a fresh local Ray.
+
+ARGS=(
+    --pretrain "$MODEL"
+    # Reward: pure exact match (reward_func_em.py -> rft.reward); eval needs a remote_rm_url in 0.9.3.
+    --remote_rm_url "$REWARD_FUNC"
+    --prompt_data "$PROMPT_DATA"
+    --input_key input
+    --label_key label
+    --prompt_max_len 1024
+    --generate_max_len 4096
+    # Held-out OOD probe: greedy_pass@1 every 5 rollout steps (temp 0 with n>1 only measures nondeterminism).
+    --eval_dataset "$EVAL_DATA"
+    --eval_steps 5
+    --eval_temperature 0.0
+    --eval_n_samples_per_prompt 1
+    # Placement: 2 vLLM engines x TP=2 (MXFP4 native) on GPUs 0-3; actor + reference on GPUs 4-7
+    # (COLOCATE_ACTOR_REF below); more nodes: --actor_num_nodes/--ref_num_nodes/--vllm_num_engines.
+    --vllm_num_engines 2
+    --vllm_tensor_parallel_size 2
+    --vllm_gpu_memory_utilization 0.85
+    --actor_num_nodes 1
+    --actor_num_gpus_per_node 4
+    --ref_num_nodes 1
+    --ref_num_gpus_per_node 4
+    # 20b fits ZeRO-3 without CPU offload (21 GB/GPU of bf16 weights).
+    --zero_stage 3
+    --param_dtype bf16
+    # gpt-oss attention sinks: eager honours them, flash_attention_2 drops them (never --packing_samples).
+    --attn_implementation eager
+    # LoRA on attention only (experts stay frozen: MoE routing stability); scaling alpha/rank = 2.
+    --lora_rank 32
+    --lora_alpha 64
+    --target_modules q_proj k_proj v_proj o_proj
+    # Attempt-26 recipe: dr_grpo, lr 5e-7, weak KL guard, group of 8, clip 0.2 (attempt scripts tighten it).
+    --advantage_estimator dr_grpo
+    --actor_learning_rate 5e-7
+    --lr_warmup_ratio 0.05
+    --init_kl_coef 0.001
+    --n_samples_per_prompt 8
+    --rollout_batch_size 16
+    --micro_rollout_batch_size 1
+    --train_batch_size 16
+    --micro_train_batch_size 1
+    --eps_clip 0.2
+    --num_episodes 20
+    # Entropy logged, not optimised.
+    --entropy_loss_coef 0
+    # Checkpoints on the data disk: HF LoRA adapters only (SAVE_HF_CKPT), 3 kept, no DeepSpeed state
+    # (DISABLE_DS_CKPT: its per-rank files hold a full copy of the frozen base).
+    --save_path "$SAVE_PATH"
+    --ckpt_path "$CKPT_PATH"
+    --save_steps 10
+    --max_ckpt_num 3
+    --logging_steps 1
+)
+
+# Switches (store_true flags): 1 = on, set VAR=0 in the environment to drop the flag.
+# Rows hold problem + instruction; OpenRLHF ignores --input_template under the chat template.
+rft_switch APPLY_CHAT_TEMPLATE 1 --apply_chat_template
+rft_switch COLOCATE_ACTOR_REF 1 --colocate_actor_ref
+# Our patched LoRA-only weight sync (adapter A, B, scaling via the Ray object store); 0.9.3's own sync sends
+# PEFT names that vLLM ignores, so rollouts would stay on the base model.
+rft_switch LORA_SYNC_OBJECT_STORE 1 --vllm_sync_lora_via_object_store
+rft_switch GRADIENT_CHECKPOINTING 1 --gradient_checkpointing
+rft_switch SAVE_HF_CKPT 1 --save_hf_ckpt
+rft_switch DISABLE_DS_CKPT 1 --disable_ds_ckpt
+
+rft_launch "${RFT_PROFILE:-20b}" "${ARGS[@]}" "$@"

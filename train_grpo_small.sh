@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# GRPO on ONE GPU, everything colocated (vLLM + DeepSpeed sleep), a 0.5B-1.5B Qwen-class model on GSM8K or the math pool.
+# Usage: bash train_grpo_small.sh [--preset fast|1hour|3hour|full] [--dry-run] [any OpenRLHF flag, which overrides]
+set -euo pipefail
+# shellcheck source=scripts/launch_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
+
+# --preset is ours (taken out here); everything else goes to OpenRLHF.
+PRESET="${PRESET:-fast}"
+PASS=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --preset)
+            [[ $# -ge 2 ]] || { echo "train_grpo_small.sh: --preset needs fast|1hour|3hour|full" >&2; exit 2; }
+            PRESET="$2"
+            shift 2
+            ;;
+        --preset=*) PRESET="${1#--preset=}"; shift ;;
+        *) PASS+=("$1"); shift ;;
+    esac
+done
+# Presets (from the single-GPU guide): prompts used, episodes, samples per prompt, max new tokens, eval interval.
+case "$PRESET" in
+    fast) MAX_SAMPLES=200 EPISODES=1 N_SAMPLES=2 MAX_NEW=256 EVAL_STEPS=-1 ;;
+    1hour) MAX_SAMPLES=500 EPISODES=2 N_SAMPLES=4 MAX_NEW=512 EVAL_STEPS=10 ;;
+    3hour) MAX_SAMPLES=1000 EPISODES=3 N_SAMPLES=4 MAX_NEW=512 EVAL_STEPS=10 ;;
+    full) MAX_SAMPLES=100000000 EPISODES=5 N_SAMPLES=4 MAX_NEW=512 EVAL_STEPS=25 ;;
+    *) echo "train_grpo_small.sh: unknown preset '$PRESET' (fast, 1hour, 3hour, full)" >&2; exit 2 ;;
+esac
+
+MODEL="${MODEL:-Qwen/Qwen2.5-0.5B-Instruct}"
+DATASET="${DATASET:-gsm8k}"
+DATA_DIR="${DATA_DIR:-$RFT_ROOT/data}"
+case "$DATASET" in
+    gsm8k) DEFAULT_TRAIN="$DATA_DIR/gsm8k_rl_pool.jsonl" DEFAULT_EVAL="$DATA_DIR/gsm8k_eval.jsonl" ;;
+    math) DEFAULT_TRAIN="$DATA_DIR/sft_rl_pool.jsonl" DEFAULT_EVAL="$DATA_DIR/probe_set_200_ood.jsonl" ;;
+    *) echo "train_grpo_small.sh: DATASET=$DATASET: expected gsm8k or math" >&2; exit 2 ;;
+esac
+PROMPT_DATA="${PROMPT_DATA:-$DEFAULT_TRAIN}"
+EVAL_DATA="${EVAL_DATA:-$DEFAULT_EVAL}"
+REWARD_FUNC="${REWARD_FUNC:-$RFT_ROOT/reward_func_em.py}"
+RUN_NAME="${RUN_NAME:-small-grpo-$DATASET-$PRESET}"
+OUT_ROOT="${OUT_ROOT:-$RFT_ROOT/runs}"
+SAVE_PATH="${SAVE_PATH:-$OUT_ROOT/$RUN_NAME/model}"
+CKPT_PATH="${CKPT_PATH:-$OUT_ROOT/$RUN_NAME/ckpt}"
+export METRICS_LOG_DIR="${METRICS_LOG_DIR:-$OUT_ROOT/$RUN_NAME/metrics}"
+export SAMPLES_LOG_DIR="${SAMPLES_LOG_DIR:-$OUT_ROOT/$RUN_NAME/samples}"
+export SPIKE_LOG_PATH="${SPIKE_LOG_PATH:-$METRICS_LOG_DIR/spike_log.jsonl}"
+
+ARGS=(
+    --pretrain "$MODEL"
+    --remote_rm_url "$REWARD_FUNC"
+    --prompt_data "$PROMPT_DATA"
+    --input_key input
+    --label_key label
+    --max_samples "$MAX_SAMPLES"
+    --prompt_max_len 512
+    --generate_max_len "$MAX_NEW"
+    # One GPU shared by actor, reference and one vLLM engine (placement group of 1).
+    --actor_num_nodes 1
+    --actor_num_gpus_per_node 1
+    --ref_num_nodes 1
+    --ref_num_gpus_per_node 1
+    --vllm_num_engines 1
+    --vllm_tensor_parallel_size 1
+    # vLLM sleeps during training, so it may take half the GPU while generating.
+    --vllm_gpu_memory_utilization 0.5
+    --zero_stage 3
+    --param_dtype bf16
+    # Full-parameter training: a 0.5B-1.5B model fits, and it uses OpenRLHF's stock weight sync (no LoRA path).
+    --advantage_estimator group_norm
+    --actor_learning_rate 1e-6
+    --lr_warmup_ratio 0.03
+    --init_kl_coef 0.001
+    --n_samples_per_prompt "$N_SAMPLES"
+    # 8 prompts per step keeps the fast preset above the LR preflight's 20-step floor.
+    --rollout_batch_size 8
+    --micro_rollout_batch_size 8
+    --train_batch_size 8
+    --micro_train_batch_size 4
+    --num_episodes "$EPISODES"
+    --entropy_loss_coef 0
+    --save_path "$SAVE_PATH"
+    --ckpt_path "$CKPT_PATH"
+    --save_steps 10
+    --max_ckpt_num 2
+    --logging_steps 1
+)
+if [[ "$EVAL_STEPS" != -1 ]]; then
+    # Greedy pass@1 on the held-out set.
+    ARGS+=(--eval_dataset "$EVAL_DATA" --eval_steps "$EVAL_STEPS" --eval_temperature 0.0 --eval_n_samples_per_prompt 1)
+fi
+
+rft_switch APPLY_CHAT_TEMPLATE 1 --apply_chat_template
+rft_switch COLOCATE_ALL 1 --colocate_all_models
+rft_switch VLLM_SLEEP 1 --vllm_enable_sleep
+rft_switch DEEPSPEED_SLEEP 1 --deepspeed_enable_sleep
+rft_switch GRADIENT_CHECKPOINTING 1 --gradient_checkpointing
+# Resume automatically from the last DeepSpeed checkpoint when one exists (RESUME=0 starts fresh).
+if [[ "${RESUME:-1}" == 1 && -f "$CKPT_PATH/_actor/latest" ]]; then
+    echo "train_grpo_small.sh: resuming from $CKPT_PATH/_actor ($(cat "$CKPT_PATH/_actor/latest"))" >&2
+    ARGS+=(--load_checkpoint)
+fi
+
+rft_launch small "${ARGS[@]}" "${PASS[@]}"
