@@ -1,12 +1,16 @@
 # make test: builds .venv (CPU stack + openrlhf 0.9.3 with our patches) and runs lint + the test suite.
 # make venv: only the environment.  make lint: ruff + shellcheck.  make bench: the benchmarks.
+# make train: on the 8-GPU node, .venv-train (the `train` extra) + patches + $(TRAIN_SCRIPT); elsewhere the dry-run checks.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 SH_FILES = $(shell git ls-files '*.sh' .ci/run 2>/dev/null)
 
-.PHONY: test venv lint bench clean
+TRAIN_VENV ?= .venv-train
+TRAIN_SCRIPT ?= train_grpo_20b.sh
+
+.PHONY: test venv lint bench clean train
 
 test: venv lint
 	bash apply_patches.sh
@@ -33,3 +37,18 @@ bench: venv
 
 clean:
 	rm -rf $(VENV)
+
+train:
+	@if nvidia-smi -L >/dev/null 2>&1; then \
+		set -e; \
+		[ -x $(TRAIN_VENV)/bin/python ] || $(PYTHON) -m venv $(TRAIN_VENV); \
+		$(TRAIN_VENV)/bin/pip install -q -U pip setuptools wheel; \
+		$(TRAIN_VENV)/bin/pip install -q -e ".[train]"; \
+		PYTHON=$(abspath $(TRAIN_VENV))/bin/python bash apply_patches.sh; \
+		PYTHON=$(abspath $(TRAIN_VENV))/bin/python bash $(TRAIN_SCRIPT); \
+	else \
+		$(MAKE) --no-print-directory venv && bash apply_patches.sh && \
+		PYTHON=$(abspath $(BIN))/python bash $(TRAIN_SCRIPT) --dry-run; \
+		echo "make train: no GPU here (nvidia-smi found none). Training needs the 8xH100 node; the dry-run checks above ran with $(VENV)." >&2; \
+		exit 1; \
+	fi

@@ -19,7 +19,7 @@ import sys
 import time
 
 from rft.jobs import DEFAULT_SOCKET, JobError, JobInfo, JobRunner, format_age, gpu_summary
-from rft.spare import REPO_ROOT, Spare, SpareError, load_config, local_facts, render_rows
+from rft.spare import REPO_ROOT, RemoteFailed, Spare, SpareError, load_config, local_facts, render_rows
 from rft.spare import sync as sync_spare
 from rft.spare import verify as verify_spare
 
@@ -34,36 +34,75 @@ EPILOG = """examples:
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI; `run`'s job command is everything after the first `--` and is never parsed."""
-    p = argparse.ArgumentParser(prog="spare.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
-    p.add_argument("--host", help="spare as user@host (overrides RFT_SPARE / spare.toml), or 'local' to act "
-                                  "on this machine without ssh")
-    p.add_argument("--config", help="TOML config file (default: $RFT_SPARE_CONFIG, else spare.toml in the repo)")
-    p.add_argument("--tmux-socket", help=f"tmux socket name of the dedicated job server (tmux -L NAME; "
-                                         f"default: RFT_TMUX_SOCKET or '{DEFAULT_SOCKET}')")
+    p = argparse.ArgumentParser(
+        prog="spare.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
+    )
+    p.add_argument(
+        "--host",
+        help="spare as user@host (overrides RFT_SPARE / spare.toml), or 'local' to act "
+        "on this machine without ssh",
+    )
+    p.add_argument(
+        "--config", help="TOML config file (default: $RFT_SPARE_CONFIG, else spare.toml in the repo)"
+    )
+    p.add_argument(
+        "--tmux-socket",
+        help=f"tmux socket name of the dedicated job server (tmux -L NAME; "
+        f"default: RFT_TMUX_SOCKET or '{DEFAULT_SOCKET}')",
+    )
     p.add_argument("--argv-b64", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("sync", help="fast-forward the spare's checkout to HEAD (git bundle) and rsync data files "
-                                    "and adapters; idempotent")
-    s.add_argument("--adapter", action="append", default=[], metavar="SRC[=DEST]",
-                   help="a LoRA adapter dir to rsync (repeatable); DEST on the spare defaults to the same path")
+    s = sub.add_parser(
+        "sync",
+        help="fast-forward the spare's checkout to HEAD (git bundle) and rsync data files "
+        "and adapters; idempotent",
+    )
+    s.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="SRC[=DEST]",
+        help="a LoRA adapter dir to rsync (repeatable); DEST on the spare defaults to the same path",
+    )
     s.add_argument("--no-data", action="store_true", help="skip the gitignored data files")
 
-    s = sub.add_parser("verify", help="compare git HEAD, data checksums, package versions, patches (and adapters) "
-                                      "of primary and spare; exit 1 on any mismatch")
-    s.add_argument("--adapter", action="append", default=[], metavar="SRC[=DEST]",
-                   help="also compare this adapter's files (repeatable)")
+    s = sub.add_parser(
+        "verify",
+        help="compare git HEAD, data checksums, package versions, patches (and adapters) "
+        "of primary and spare; exit 1 on any mismatch",
+    )
+    s.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="SRC[=DEST]",
+        help="also compare this adapter's files (repeatable)",
+    )
     s.add_argument("--json", action="store_true", help="print the comparison as JSON instead of a table")
 
-    s = sub.add_parser("facts", help="print this host's verify facts as JSON (what verify asks the spare for)")
+    s = sub.add_parser(
+        "facts", help="print this host's verify facts as JSON (what verify asks the spare for)"
+    )
     s.add_argument("--json", action="store_true", help="accepted for symmetry; output is always JSON")
     s.add_argument("--data-dir", action="append", default=None, help="data dir to checksum (default: data)")
     s.add_argument("--adapter", action="append", default=[], help="adapter path to digest (repeatable)")
 
-    s = sub.add_parser("run", help="run COMMAND detached in tmux session NAME in the repo dir: "
-                                   "spare.py run NAME [--wait] -- COMMAND [ARGS...]")
-    s.add_argument("name", metavar="NAME", help="job name: letters, digits, '_' and '-'; refused while running")
+    s = sub.add_parser(
+        "run",
+        help="run COMMAND detached in tmux session NAME in the repo dir: "
+        "spare.py run NAME [--wait] -- COMMAND [ARGS...]",
+        usage="spare.py run [-h] [--wait] NAME -- COMMAND [ARGS...]",
+        description="Everything after `--` is the job's argv, passed through unchanged (no shell): use "
+        "`bash -c '...'` for pipes or variables. A bare `python`/`python3` becomes this environment's "
+        "Python by absolute path. Output goes to logs/NAME.log; the exit status to logs/NAME.status.json.",
+    )
+    s.add_argument(
+        "name", metavar="NAME", help="job name: letters, digits, '_' and '-'; refused while running"
+    )
     s.add_argument("--wait", action="store_true", help="block until the job ends and exit with its status")
 
     s = sub.add_parser("ls", help="list jobs: name, running or exit status, age, log path")
@@ -89,7 +128,7 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
     """(CLI args, job command after the first `--` or None)."""
     if "--" in argv:
         i = argv.index("--")
-        return argv[:i], argv[i + 1:]
+        return argv[:i], argv[i + 1 :]
     return argv, None
 
 
@@ -103,10 +142,17 @@ def print_jobs(jobs: list[JobInfo], where: str) -> None:
         table.add_column(col)
     now = time.time()
     for j in jobs:
-        colour = {"running": "cyan", "killed": "yellow", "lost": "red"}.get(j.state, "green" if j.exit_code == 0 else "red")
+        colour = {"running": "cyan", "killed": "yellow", "lost": "red"}.get(
+            j.state, "green" if j.exit_code == 0 else "red"
+        )
         cmd = shlex.join(j.argv)
-        table.add_row(j.name, f"[{colour}]{j.status_text}[/]", format_age(now - j.started_at) if j.started_at else "?",
-                      j.log, cmd if len(cmd) <= 60 else cmd[:57] + "...")
+        table.add_row(
+            j.name,
+            f"[{colour}]{j.status_text}[/]",
+            format_age(now - j.started_at) if j.started_at else "?",
+            j.log,
+            cmd if len(cmd) <= 60 else cmd[:57] + "...",
+        )
     Console(width=max(140, Console().width)).print(table)
 
 
@@ -161,8 +207,10 @@ def run_local(args: argparse.Namespace, job: list[str] | None, socket_name: str)
     if args.cmd == "facts":
         print(json.dumps(local_facts(args.data_dir or ["data"], args.adapter)))
         return 0
-    raise SpareError(f"`{args.cmd}` compares this machine with the spare: configure one (RFT_SPARE=user@host), "
-                     "not --host local")
+    raise SpareError(
+        f"`{args.cmd}` compares this machine with the spare: configure one (RFT_SPARE=user@host), "
+        "not --host local"
+    )
 
 
 def run_remote(args: argparse.Namespace, job: list[str] | None, spare: Spare) -> int:
@@ -179,8 +227,10 @@ def run_remote(args: argparse.Namespace, job: list[str] | None, spare: Spare) ->
             render_rows(rows, socket.gethostname(), spare.cfg.host or "")
         bad = [r.item for r in rows if not r.ok and not r.warn_only]
         if bad:
-            print(f"MISMATCH: {', '.join(bad)} (run `spare.py sync`; packages/patches must be fixed on the spare)",
-                  file=sys.stderr)
+            print(
+                f"MISMATCH: {', '.join(bad)} (run `spare.py sync`; packages/patches must be fixed on the spare)",
+                file=sys.stderr,
+            )
         return 1 if bad else 0
     if args.cmd == "ls" and not args.json:
         jobs = [JobInfo(**j) for j in spare.cli_json(["ls", "--json"])]  # type: ignore[union-attr]
@@ -221,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.tmux_socket:
             cfg = type(cfg)(**{**cfg.__dict__, "tmux_socket": args.tmux_socket})
         return run_remote(args, job, Spare(cfg))
+    except RemoteFailed as e:  # the spare already printed its error
+        return e.returncode
     except (SpareError, JobError) as e:
         print(f"spare.py: error: {e}", file=sys.stderr)
         return 2

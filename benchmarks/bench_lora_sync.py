@@ -26,19 +26,18 @@ LAYERS = {"gpt-oss-20b": 24, "gpt-oss-120b": 36}
 
 def simulate_delta(out_f: int, in_f: int, r: int, alpha: float, lr: float, steps: int, coherent: bool,
                    gen: torch.Generator) -> torch.Tensor:
-    """ΔW after ``steps`` Adam-like updates of magnitude lr (fixed sign per element if ``coherent``)."""
+    """ΔW after ``steps`` Adam-like updates of magnitude lr: same sign every step if ``coherent``, else ±lr
+    at random each step (a random walk, sampled in closed form as lr * (2 * Binomial(steps, 1/2) - steps))."""
     bound = 1.0 / math.sqrt(in_f)  # kaiming_uniform_(a=sqrt(5)) on [r, in_f], PEFT's default for lora_A
     a = (torch.rand(r, in_f, generator=gen) * 2 - 1) * bound
-    b = torch.zeros(out_f, r)
-    sa = torch.randint(0, 2, a.shape, generator=gen).float() * 2 - 1
-    sb = torch.randint(0, 2, b.shape, generator=gen).float() * 2 - 1
-    for _ in range(steps):
-        if not coherent:
-            sa = torch.randint(0, 2, a.shape, generator=gen).float() * 2 - 1
-            sb = torch.randint(0, 2, b.shape, generator=gen).float() * 2 - 1
-        a += lr * sa
-        b += lr * sb
-    return (alpha / r) * (b @ a)
+
+    def walk(shape: tuple[int, int]) -> torch.Tensor:
+        if coherent:
+            return steps * lr * (torch.randint(0, 2, shape, generator=gen).float() * 2 - 1)
+        heads = torch.binomial(torch.full(shape, float(steps)), torch.full(shape, 0.5), generator=gen)
+        return lr * (2 * heads - steps)
+
+    return (alpha / r) * (walk((out_f, r)) @ (a + walk((r, in_f))))
 
 
 def payload_mb(r: int, layers: int, bytes_per: int = 2) -> float:
@@ -53,23 +52,25 @@ def main() -> None:
                     help="numbers of optimizer steps after init to evaluate")
     ap.add_argument("--sigma", type=float, nargs="+", default=[0.01, 0.02, 0.04],
                     help="std of the synthetic bf16 base weights W0 (real gpt-oss attention weights unknown here)")
+    ap.add_argument("--rows", type=int, default=1024,
+                    help="q_proj output rows to simulate (statistics are per element; 4096 is the full matrix)")
     ap.add_argument("--seed", type=int, default=0, help="RNG seed")
     args = ap.parse_args()
 
     gen = torch.Generator().manual_seed(args.seed)
-    w0s = {s: (torch.randn(Q_OUT, HIDDEN, generator=gen) * s).to(torch.bfloat16) for s in args.sigma}
-    table = Table(title="bf16 merge of ΔW into W0 (q_proj 4096x2880): fraction of elements unchanged")
+    w0s = {s: (torch.randn(args.rows, HIDDEN, generator=gen) * s).to(torch.bfloat16) for s in args.sigma}
+    table = Table(title=f"bf16 merge of ΔW into W0 (q_proj, {args.rows}x{HIDDEN}): fraction of elements unchanged")
     for col in ["recipe", "steps", "growth", "median |ΔW|"] + [f"swallowed σ={s}" for s in args.sigma] + [
             "kept norm σ=0.02"]:
         table.add_column(col, justify="right")
     jobs = [(rec, k, coh) for rec in RECIPES for k in args.steps for coh in (True, False)]
     for (label, r, alpha, lr), k, coherent in tqdm(jobs, desc="simulating"):
-        d = simulate_delta(Q_OUT, HIDDEN, r, alpha, lr, k, coherent, gen)
+        d = simulate_delta(args.rows, HIDDEN, r, alpha, lr, k, coherent, gen)
         reps = {s: bf16_rounding_report(w, d) for s, w in w0s.items()}
         kept = bf16_rounding_report(w0s[0.02], d)["realized_norm_ratio"] if 0.02 in w0s else float("nan")
         table.add_row(label, str(k), "coherent" if coherent else "random", f"{d.abs().median():.2e}",
                       *[f"{reps[s]['swallowed']:.4f}" for s in args.sigma], f"{kept:.3f}")
-    console = Console()
+    console = Console(width=150)
     console.print(table)
     sizes = Table(title="adapter payload per sync (q/k/v/o)")
     for col in ("recipe", "r", "bf16 MB", "fp32 MB"):

@@ -9,10 +9,11 @@ intervals and sets, and only when none of that can decide, math-verify in a sepa
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
-from rft.latex_value import latex_value, values_equal
+from rft.latex_value import identity_equal, latex_value, values_equal
 
 BOX_COMMANDS = ("\\boxed", "\\fbox")
 MAX_ANSWER_CHARS = 1000
@@ -99,10 +100,9 @@ def last_box(text: str) -> Box | None:
     return None
 
 
-_PHRASE = re.compile(
-    r"(?:final\s+answer|the\s+answer)[ \t]*(?:\*\*|__)?[ \t]*(?:is\b|:|=)[ \t]*(?:\*\*|__)?[ \t]*:?\s*",
-    re.IGNORECASE,
-)
+# "answer" first (a fast literal scan), then "final"/"the" checked just before it.
+_PHRASE = re.compile(r"(?:[Aa]nswer|ANSWER)[ \t]*(?:\*\*|__)?[ \t]*(?:is\b|IS\b|Is\b|:|=)[ \t]*(?:\*\*|__)?[ \t]*:?\s*")
+_PHRASE_LEAD = re.compile(r"(?:final|the)\s+(?:\*\*|__)?$", re.IGNORECASE)
 _GSM8K = re.compile(r"####[ \t]*([^\n]+)")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 _LEADING_NUMBER = re.compile(r"-?\$?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?%?(?=\s|$|[.,;!?)])")
@@ -127,24 +127,35 @@ def _phrase_candidate(rest: str) -> str | None:
     return cand or None
 
 
-def _last_match(pattern: re.Pattern, text: str) -> re.Match | None:
-    """Last match of pattern, looking at the tail first so long texts stay cheap."""
+def _last_match(pattern: re.Pattern, text: str, accept=None) -> re.Match | None:
+    """Last (accepted) match of pattern, looking at the tail first so long texts stay cheap."""
     tail_start = max(0, len(text) - _TAIL_CHARS)
     last = None
     for m in pattern.finditer(text, tail_start):
-        last = m
+        if accept is None or accept(text, m):
+            last = m
     if last is None and tail_start:
         for m in pattern.finditer(text, 0, tail_start + 200):
-            last = m
+            if accept is None or accept(text, m):
+                last = m
     return last
 
 
-def extract_answer(text: str) -> Extraction:
-    """Extract the final answer from a response (already isolated from the prompt)."""
+def _phrase_lead(text: str, m: re.Match) -> bool:
+    """The word before "answer" is "final" or "the"."""
+    return _PHRASE_LEAD.search(text, max(0, m.start() - 24), m.start()) is not None
+
+
+def extract_answer(text: str, *, fallbacks: bool = True) -> Extraction:
+    """Extract the final answer from a response (already isolated from the prompt).
+
+    With `fallbacks=False` only a `\\boxed{}` answer is taken (used for truncated responses)."""
     box = last_box(text)
     if box is not None:
         return Extraction(box.content if box.closed else None, "boxed" if box.closed else "none", box)
-    m = _last_match(_PHRASE, text)
+    if not fallbacks:
+        return Extraction(None, "none")
+    m = _last_match(_PHRASE, text, _phrase_lead)
     if m is not None:
         cand = _phrase_candidate(text[m.end() :])
         if cand:
@@ -195,6 +206,7 @@ _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ\b|\\degree\b|\^\s*\{\s*\}
 _VAR_PREFIX = re.compile(r"^\\?[A-Za-z]+(?:_\{?\w+\}?)?'?\s*(?:=|\\in\b|:=)\s*(?=\S)")
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _LEADING_ZEROS = re.compile(r"^(-?)0+(?=\d)")
+_PLAIN_INT = re.compile(r"-?\d{1,900}")
 _CMD_SPACE = re.compile(r"(\\[A-Za-z]+)\s+(?=[A-Za-z])")
 _WHITESPACE = re.compile(r"\s+")
 _UNIT_WORDS = re.compile(r"\s*[A-Za-z][A-Za-z .]*")
@@ -233,7 +245,14 @@ def _strip_outer_braces(s: str) -> str:
 
 def normalize_answer(answer: str) -> str:
     """Canonical string form of an answer, for comparison (see module docstring for the rules)."""
-    s = str(answer)[:MAX_ANSWER_CHARS].strip()
+    return _normalize(str(answer)[:MAX_ANSWER_CHARS])
+
+
+@functools.lru_cache(maxsize=16384)
+def _normalize(answer: str) -> str:
+    s = answer.strip()
+    if _PLAIN_INT.fullmatch(s):
+        return str(int(s))
     s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], s)
     s = s.replace("\\$", "").replace("$", "")
     s = s.replace("\\(", "").replace("\\)", "").replace("\\[", "").replace("\\]", "")
@@ -323,6 +342,10 @@ def compare_fast(pred: str, gold: str) -> bool | None:
     pv = latex_value(pred)
     if gv is not None and pv is not None:
         return values_equal(pv, gv, REL_TOL)
+    if gv is None and pv is None:
+        same = identity_equal(pred, gold)
+        if same is not None:
+            return same
     if (gv is not None and _looks_like_words(pred)) or (pv is not None and _looks_like_words(gold)):
         return False
     if _looks_like_words(pred) and _looks_like_words(gold):
@@ -342,7 +365,7 @@ def _compare_sequences(pseq, gseq, pred: str, gold: str) -> bool | None:
     if not unordered:
         if (po, pc) != (go, gc):
             return False
-        results = [compare_fast(p, g) for p, g in zip(pitems, gitems)]
+        results = [compare_fast(p, g) for p, g in zip(pitems, gitems, strict=True)]
         if False in results:
             return False
         return None if None in results else True

@@ -177,7 +177,8 @@ def render_markdown(report: dict) -> str:
         "Written by `prepare_sft_data.py`; figures also in `report.json`.",
         "",
     ]
-    out += ["## Inputs", ""] + [f"- {k}: `{v}`" for k, v in report["inputs"].items()] + [""]
+    inputs = {k: " ".join(v) if isinstance(v, list) else v for k, v in report["inputs"].items()}
+    out += ["## Inputs", ""] + [f"- {k}: `{v}`" for k, v in inputs.items()] + [""]
     out += ["## Filter stages (NuminaMath-1.5)", "", _md_table(STAGE_HEADER, _stage_rows(report)), ""]
     out += ["### Examples of removed rows", ""]
     for s in report["stages"]:
@@ -212,8 +213,8 @@ def render_markdown(report: dict) -> str:
     if ans.get("count"):
         out += [f"Negative: {ans['negative']}, zero: {ans['zero']}, above 999: {ans['over_999']}.", ""]
     head, rows = _stat_rows(report["problem_chars"])
-    out += ["## Problem length (characters)", "", _md_table(head, rows), ""]
-    return "\n".join(out)
+    out += ["## Problem length (characters)", "", _md_table(head, rows)]
+    return "\n".join(out) + "\n"
 
 
 def _rich_table(title: str, header: list[str], rows: list[list[str]], numeric_from: int = 1) -> Table:

@@ -49,7 +49,12 @@ def parse_source(spec: str, default_split: str = "train") -> Source:
     rest, _, split = spec.partition("@")
     hub_id, _, config = rest.partition(":")
     parts = hub_id.split("/")
-    if len(parts) != 2 or not all(parts) or spec.startswith((".", "/", "~")):
+    if (
+        len(parts) != 2
+        or not all(parts)
+        or spec.startswith((".", "/", "~"))
+        or hub_id.endswith(_TABLE_SUFFIXES)
+    ):
         raise DataError(f"{spec}: no such file or directory (and not a hub id OWNER/NAME[:CONFIG][@SPLIT])")
     return Source(spec, hub_id=hub_id, config=config or None, split=split or default_split)
 

@@ -122,10 +122,11 @@ def _binary(op: str, a: Value, b: Value) -> Value:
 class _Parser:
     """Recursive descent over tokens; raises _Unsupported for anything unknown."""
 
-    def __init__(self, tokens: list[str]):
+    def __init__(self, tokens: list[str], variables: dict[str, Value] | None = None):
         self.toks = tokens
         self.i = 0
         self.depth = 0
+        self.vars = variables or {}
 
     def peek(self) -> str | None:
         return self.toks[self.i] if self.i < len(self.toks) else None
@@ -160,7 +161,7 @@ class _Parser:
             elif tok in _DIV:
                 self.take()
                 v = _binary("/", v, self.unary())
-            elif tok is not None and (tok in _ATOM_START or tok[0].isdigit()):
+            elif tok is not None and (tok in _ATOM_START or tok[0].isdigit() or tok in self.vars):
                 v = _binary("*", v, self.power())
             else:
                 return v
@@ -262,6 +263,9 @@ class _Parser:
             if not all(isinstance(x, Fraction) and x.denominator == 1 and 0 <= x <= 10_000 for x in (n, k)):
                 raise _Unsupported("binomial")
             return _check_size(Fraction(math.comb(int(n), int(k))))
+        if tok in self.vars:
+            self.take()
+            return self.vars[tok]
         if tok == "\\pi":
             self.take()
             return math.pi
@@ -277,15 +281,51 @@ def tokenize(text: str) -> list[str] | None:
     return tokens if 0 < len(tokens) <= MAX_TOKENS else None
 
 
-def latex_value(text: str) -> Value | None:
-    """The numeric value of a constant LaTeX expression, or None if it is not one we can evaluate."""
+def latex_value(text: str, variables: dict[str, Value] | None = None) -> Value | None:
+    """The numeric value of a LaTeX expression (single-letter `variables` substituted), or None
+    if it is not one we can evaluate."""
     tokens = tokenize(text)
     if tokens is None:
         return None
     try:
-        return _Parser(tokens).parse()
+        return _Parser(tokens, variables).parse()
     except (_Unsupported, ValueError, ZeroDivisionError, OverflowError, RecursionError):
         return None
+
+
+# Points at which expressions in variables are compared (exact rationals: a polynomial or rational
+# function identity holds at all of them iff, barring a constructed coincidence, it holds everywhere).
+SAMPLE_POINTS = (Fraction(13, 7), Fraction(29, 11), Fraction(41, 17), Fraction(53, 19))
+
+
+def letter_variables(text: str) -> set[str] | None:
+    """The single-letter variables of an expression, or None if letters form words/commands we
+    cannot treat as variables (e.g. `\\sin`, `ab_1`)."""
+    if "_" in text:
+        return None
+    stripped = re.sub(r"\\(?:frac|sqrt|cdot|times|div|pi|infty|binom|left|right)(?![A-Za-z])", " ", text)
+    if "\\" in stripped or re.search(r"[A-Za-z]{3}", stripped):
+        return None
+    return set(re.findall(r"[A-Za-z]", stripped))
+
+
+def identity_equal(a: str, b: str) -> bool | None:
+    """Compare two expressions in the same single-letter variables by substituting sample points;
+    None if they cannot be evaluated (different variables, functions, poles at every point)."""
+    va, vb = letter_variables(a), letter_variables(b)
+    if not va or va != vb or len(va) > 4:
+        return None
+    names = sorted(va)
+    compared = 0
+    for k in range(len(SAMPLE_POINTS)):
+        env = {n: SAMPLE_POINTS[(k + j) % len(SAMPLE_POINTS)] * (j + 1) for j, n in enumerate(names)}
+        x, y = latex_value(a, env), latex_value(b, env)
+        if x is None or y is None:
+            continue
+        if not values_equal(x, y):
+            return False
+        compared += 1
+    return True if compared >= 3 else None
 
 
 def values_equal(a: Value, b: Value, rel_tol: float = 1e-6) -> bool:

@@ -500,8 +500,15 @@ def run_checks(profile: Profile, argv: list[str], *, lr_pool: int | None = None)
         rep.warnings += eval_rule(a)
     facts["data_sha256"] = check_data(a, profile.entry, rep)
     if profile.entry == "ppo":
+        env_pool = os.environ.get("POOL", "").strip()
         try:
-            sched = schedule_from_args(a, lr_pool)
+            try:
+                sched = schedule_from_args(a, lr_pool)
+            except FileNotFoundError:
+                if not env_pool.isdigit():
+                    raise
+                sched = schedule_from_args(a, int(env_pool))  # data not here: size it from POOL=N
+                rep.warnings.append(f"LR preflight: pool taken from POOL={env_pool} (--prompt_data not found)")
         except (ValueError, FileNotFoundError) as e:
             rep.blocking.append(f"LR preflight: cannot size the pool ({e})")
         else:

@@ -32,6 +32,10 @@ vLLM worker (``WorkerWrap.apply_lora_update(self, payload)``)::
     self._rft_lora_applier = applier
     return applier.apply(payload)                       # plain dict report, see LoraMergeApplier.apply
 
+Notes: the first ``apply`` probes each target through ``load_weights`` (the touched weights are briefly
+overwritten, then restored), so no generation may run during a sync; call ``reset_prefix_cache`` after it.
+W0 copies cost the touched weights once more per GPU (``snapshot_device="cpu"`` moves them to host).
+
 Also: ``encode_tensor`` / ``decode_tensor``, ``payload_nbytes``, ``hf_base_name`` (PEFT name -> HF base
 weight name), ``bf16_rounding_report`` (how much of ΔW survives rounding into a bf16 W0). Every failure
 is a ``LoraSyncError``.
@@ -306,7 +310,7 @@ class LoraMergeApplier:
         ]
 
     def _probe(self, hf_name: str, shape: tuple[int, int], snap: dict[str, torch.Tensor]) -> _Placement:
-        """Learn where vLLM's own loader puts each element of ``hf_name`` (4 integer-coded probes)."""
+        """Learn where vLLM's own loader puts each element of ``hf_name`` (integer-coded probes, then a check)."""
         out_f, in_f = shape
         if max(out_f, in_f) > _PROBE_BASE * _PROBE_BASE:
             raise LoraSyncError(f"{hf_name}: dimension {max(shape)} too large to probe")
@@ -333,7 +337,8 @@ class LoraMergeApplier:
                 f"vLLM's load_weights did not load {hf_name!r} (unknown name, silently skipped)"
             )
         if len(hit) != 1 or hit[0] not in snap:
-            raise LoraSyncError(f"{hf_name!r} loaded into {sorted(loaded)}, expected one weight of its layer")
+            raise LoraSyncError(f"{hf_name!r} loaded into {sorted(loaded)}, expected one weight of its layer; "
+                                "weights outside that layer may now be corrupt: restart the engine")
         pname = hit[0]
         param = self.params[pname]
         decoded, mask = [], None
@@ -362,8 +367,17 @@ class LoraMergeApplier:
         ):
             raise LoraSyncError(f"{hf_name}: vLLM loader is not a plain row/column narrowing (cannot merge)")
         src_r, src_c = src_r.long(), src_c.long()
-        if int(src_r.max()) >= out_f or int(src_c.max()) >= in_f:
-            raise LoraSyncError(f"{hf_name}: decoded source index out of range")
+        if int(src_r.min()) < 0 or int(src_c.min()) < 0 or int(src_r.max()) >= out_f or int(src_c.max()) >= in_f:
+            raise LoraSyncError(f"{hf_name}: vLLM loader is not a plain row/column narrowing (index out of range)")
+        # final check with random values: the loader must be exactly param[dst] = full[src], nothing else
+        gen = torch.Generator(device=device).manual_seed(0)  # leave the engine's global RNG alone
+        rnd = torch.randn(out_f, in_f, device=device, generator=gen).to(dtype)
+        param.data.zero_()
+        self._load(hf_name, rnd)
+        expect = torch.zeros_like(param.data)
+        expect[dst_r.unsqueeze(1), dst_c.unsqueeze(0)] = rnd[src_r][:, src_c].to(expect.dtype)
+        if not torch.equal(param.data, expect):
+            raise LoraSyncError(f"{hf_name}: vLLM loader is not a plain row/column narrowing (cannot merge)")
         return _Placement(
             pname,
             _as_index(dst_r.cpu()),

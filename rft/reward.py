@@ -195,14 +195,14 @@ def has_end_of_turn(text: str) -> bool:
     return any(m in text for m in END_OF_TURN)
 
 
-def scored_region(text: str) -> tuple[str, int]:
+def scored_region(text: str, content_length: int | None = None) -> tuple[str, int]:
     """The part of a response that may hold the answer, and its offset in the response."""
     if is_harmony(text):
         return harmony_final(text)
     if text.startswith("analysis") and _HARMONY_STRIPPED_FINAL in text:  # Harmony decoded without tokens
         start = text.rfind(_HARMONY_STRIPPED_FINAL) + len(_HARMONY_STRIPPED_FINAL)
         return text[start:], start
-    return text[: _content_length(text)], 0
+    return text[: _content_length(text) if content_length is None else content_length], 0
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -248,9 +248,10 @@ def grade(response: str, label: str | None, *, finished: bool | None = None) -> 
     """
     text = _as_text(response)
     gold = _as_label(label)
-    region, offset = scored_region(text)
-    truncated = (not finished) if finished is not None else not has_end_of_turn(text)
-    found = extract_answer(region)
+    content_length = _content_length(text)
+    region, offset = scored_region(text, content_length)
+    truncated = (not finished) if finished is not None else content_length == len(text)
+    found = extract_answer(region, fallbacks=not truncated)
     box = found.box
     if box is not None and not box.closed:
         truncated = True
@@ -259,7 +260,7 @@ def grade(response: str, label: str | None, *, finished: bool | None = None) -> 
         answer, method = None, "none"
     has_boxed = method == "boxed"
     boxed_in_final = (
-        has_boxed and box is not None and offset + box.end >= BOXED_IN_FINAL_FRACTION * _content_length(text)
+        has_boxed and box is not None and offset + box.end >= BOXED_IN_FINAL_FRACTION * content_length
     )
     correct = answer is not None and gold is not None and answers_equal(answer, gold)
     return Grade(correct, answer, method, answer is not None, has_boxed, boxed_in_final, truncated)
@@ -305,10 +306,11 @@ def make_reward_func(scheme: str = "binary") -> Callable[[Sequence, Sequence, Se
         labels = list(labels) if labels is not None else []
         prompts += [""] * (n - len(prompts))
         labels += [None] * (n - len(labels))
-        grades = [safe_grade(q, p, lab) for q, p, lab in zip(queries, prompts, labels)]
+        grades = [safe_grade(q, p, lab) for q, p, lab in zip(queries, prompts, labels, strict=False)]
         rewards = [reward_value(g, scheme) for g in grades]
         scores = [float(g.correct) for g in grades]
-        logs = {k: [g.extra_logs()[k] for g in grades] for k in EXTRA_LOG_KEYS}
+        per_sample = [g.extra_logs() for g in grades]
+        logs = {k: [d[k] for d in per_sample] for k in EXTRA_LOG_KEYS}
         return _as_tensors(rewards, scores, logs)
 
     reward_func.scheme = scheme  # type: ignore[attr-defined]
@@ -321,7 +323,7 @@ def _as_tensors(rewards: list[float], scores: list[float], logs: dict[str, list[
         import torch
     except ImportError:
         return {"rewards": rewards, "scores": scores, "extra_logs": logs}
-    as_t = lambda xs: torch.tensor(xs, dtype=torch.float32)  # noqa: E731
+    as_t = torch.tensor  # floats -> the default float dtype; passing dtype= costs 4x per call
     return {
         "rewards": as_t(rewards),
         "scores": as_t(scores),

@@ -45,6 +45,14 @@ class SpareError(RuntimeError):
     """A spare operation that cannot proceed; the message is one line saying what to do."""
 
 
+class RemoteFailed(SpareError):
+    """The CLI on the spare failed and has already printed its own one-line error; carries its exit status."""
+
+    def __init__(self, returncode: int):
+        super().__init__(f"the spare's CLI exited {returncode}")
+        self.returncode = returncode
+
+
 @dataclass(frozen=True)
 class SpareConfig:
     """Where the spare is and how to reach it; host 'local' means this machine, no ssh."""
@@ -206,14 +214,17 @@ class Spare:
         """Run `sh -c script rft args...` on the spare; each arg crosses ssh quoted exactly once."""
         remote = shlex.join(["sh", "-c", script, "rft", *args])
         stdin = None if tty or input is not None else subprocess.DEVNULL
-        proc = subprocess.run(
-            self.ssh_base(tty) + [remote],
-            input=input,
-            stdin=stdin,
-            stdout=subprocess.PIPE if capture else None,
-            stderr=None if tty else subprocess.PIPE,
-            timeout=timeout,
-        )
+        try:
+            proc = subprocess.run(
+                self.ssh_base(tty) + [remote],
+                input=input,
+                stdin=stdin,
+                stdout=subprocess.PIPE if capture else None,
+                stderr=None if tty else subprocess.PIPE,
+                timeout=timeout,
+            )
+        except FileNotFoundError:
+            raise SpareError("ssh not found here: install it (apt-get install openssh-client)") from None
         self._raise_for(proc)
         return proc
 
@@ -258,6 +269,8 @@ class Spare:
         """Run a `--json` CLI command on the spare and decode its stdout."""
         proc = self.cli(argv, capture=True)
         if proc.returncode != 0:
+            if proc.stderr:
+                raise RemoteFailed(proc.returncode)
             raise SpareError(f"`spare.py {' '.join(argv)}` failed on the spare (exit {proc.returncode})")
         try:
             return json.loads(proc.stdout)

@@ -22,7 +22,10 @@ def find_sshd() -> str | None:
 
 def missing_binaries() -> list[str]:
     """Binaries the ssh end-to-end tests need that are absent here."""
-    need = {"sshd": find_sshd(), **{b: shutil.which(b) for b in ("ssh", "ssh-keygen", "tmux", "rsync", "git")}}
+    need = {
+        "sshd": find_sshd(),
+        **{b: shutil.which(b) for b in ("ssh", "ssh-keygen", "tmux", "rsync", "git")},
+    }
     return [name for name, path in need.items() if path is None]
 
 
@@ -46,7 +49,14 @@ class SshServer:
     @property
     def client_options(self) -> list[str]:
         """ssh options for a throwaway host key (no known_hosts, no prompts, no banner noise)."""
-        return ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
+        return [
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+        ]
 
     @property
     def destination(self) -> str:
@@ -77,23 +87,27 @@ def start_sshd(workdir: Path, timeout: float = 15.0) -> SshServer:
     user = getpass.getuser()
     port = free_port()
     cfg = workdir / "sshd_config"
-    cfg.write_text("\n".join([
-        f"Port {port}",
-        "ListenAddress 127.0.0.1",
-        f"HostKey {host_key}",
-        f"PidFile {workdir / 'sshd.pid'}",
-        f"AuthorizedKeysFile {workdir / 'authorized_keys'}",
-        "StrictModes no",
-        "UsePAM no",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "PubkeyAuthentication yes",
-        "PermitRootLogin prohibit-password",
-        f"AllowUsers {user}",
-        "PrintMotd no",
-        "LogLevel ERROR",
-        "",
-    ]))
+    cfg.write_text(
+        "\n".join(
+            [
+                f"Port {port}",
+                "ListenAddress 127.0.0.1",
+                f"HostKey {host_key}",
+                f"PidFile {workdir / 'sshd.pid'}",
+                f"AuthorizedKeysFile {workdir / 'authorized_keys'}",
+                "StrictModes no",
+                "UsePAM no",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "PubkeyAuthentication yes",
+                "PermitRootLogin prohibit-password",
+                f"AllowUsers {user}",
+                "PrintMotd no",
+                "LogLevel ERROR",
+                "",
+            ]
+        )
+    )
     log = workdir / "sshd.log"
     sshd = find_sshd()
     assert sshd is not None

@@ -177,7 +177,8 @@ def test_splits_are_disjoint_and_no_eval_problem_reaches_training(run, inputs):
 
 
 def test_labels_stay_strings_when_loaded_with_datasets(run, tmp_path):
-    datasets = pytest.importorskip("datasets")
+    import datasets
+
     for name in FILES:
         ds = datasets.load_dataset("json", data_files=str(run / name), split="train", cache_dir=str(tmp_path))
         assert ds.features["label"].dtype == "string", name
@@ -346,6 +347,8 @@ def test_source_specs(tmp_path):
     assert parse_source("AI-MO/NuminaMath-1.5").split == "train"
     with pytest.raises(DataError, match="no such file"):
         parse_source(str(tmp_path / "missing.parquet"))
+    with pytest.raises(DataError, match="no such file"):
+        parse_source("data/aime.jsonl")
 
 
 def test_hub_loader_reads_through_datasets(inputs, tmp_path):
@@ -364,3 +367,13 @@ def test_help_explains_every_flag():
         for flag in action.option_strings:
             assert flag in out
         assert action.help, action.option_strings
+
+
+def test_the_reward_grades_every_sft_output_correct(run):
+    """The SFT targets end in a box the reward (rft.reward.grade) extracts and accepts."""
+    from rft import reward
+
+    for name in ("sft_train.jsonl", "sft_dev.jsonl"):
+        for row in read_jsonl(run / name):
+            grade = reward.grade(row["output"], row["label"], finished=True)
+            assert grade.correct and grade.has_boxed, (name, row["output"][-60:], grade)

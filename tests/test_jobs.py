@@ -71,14 +71,18 @@ def test_wrapper_records_the_commands_status_not_tees(tmp_path):
     for argv, want in ((["echo", "hi"], 0), (["sh", "-c", "echo hi; exit 5"], 5)):
         argv_file, status = tmp_path / "argv", tmp_path / "status.json"
         argv_file.write_bytes(b"".join(a.encode() + b"\0" for a in argv))
-        proc = subprocess.run(["bash", str(WRAPPER), str(status), "/dev/full", str(argv_file)], capture_output=True)
+        proc = subprocess.run(
+            ["bash", str(WRAPPER), str(status), "/dev/full", str(argv_file)], capture_output=True
+        )
         assert proc.returncode == want
         assert json.loads(status.read_text())["exit_code"] == want
         assert not list(tmp_path.glob("status.json.tmp*"))  # written via tmp + mv
 
 
 def test_python_is_the_environments_by_absolute_path(runner):
-    runner.start("py", ["python", "-c", "import os, sys; print(sys.executable); print(os.environ['PYTHONUNBUFFERED'])"])
+    runner.start(
+        "py", ["python", "-c", "import os, sys; print(sys.executable); print(os.environ['PYTHONUNBUFFERED'])"]
+    )
     info = runner.wait("py", timeout=20)
     assert info.exit_code == 0
     assert Path(info.log).read_text().splitlines() == [sys.executable, "1"]
@@ -146,12 +150,68 @@ def test_tmux_missing_is_one_clear_line(tmp_path, monkeypatch):
 
 
 def test_gpus_absent_and_parsed(tmp_path, monkeypatch):
-    rows = parse_nvidia_smi("0, NVIDIA H100 80GB HBM3, 97, 71234, 81559\n1, NVIDIA H100 80GB HBM3, 0, 3, 81559\n")
-    assert rows[0] == {"index": "0", "name": "NVIDIA H100 80GB HBM3", "util_pct": "97",
-                       "mem_used_mib": "71234", "mem_total_mib": "81559"}
+    rows = parse_nvidia_smi(
+        "0, NVIDIA H100 80GB HBM3, 97, 71234, 81559\n1, NVIDIA H100 80GB HBM3, 0, 3, 81559\n"
+    )
+    assert rows[0] == {
+        "index": "0",
+        "name": "NVIDIA H100 80GB HBM3",
+        "util_pct": "97",
+        "mem_used_mib": "71234",
+        "mem_total_mib": "81559",
+    }
     assert len(rows) == 2
     with pytest.raises(JobError, match="line 1"):
         parse_nvidia_smi("garbage\n")
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(JobError, match="nvidia-smi not found"):
         gpu_summary()
+
+
+def test_attach_is_a_real_tmux_client(runner, tmux_socket):
+    """`spare.py --host local attach NAME` in a pty becomes a tmux client of the job; detaching ends it."""
+    import pty
+
+    runner.start("live", ["sleep", "300"])
+    with pytest.raises(JobError, match="no tmux session 'nope'"):
+        runner.attach("nope")
+    primary, secondary = pty.openpty()
+    cli = [
+        sys.executable,
+        str(Path(__file__).resolve().parent.parent / "spare.py"),
+        "--host",
+        "local",
+        "--tmux-socket",
+        tmux_socket,
+        "attach",
+        "live",
+    ]
+    proc = subprocess.Popen(
+        cli,
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        start_new_session=True,
+        env={**os.environ, "TERM": "xterm"},
+    )
+    os.close(secondary)
+    try:
+        deadline = time.monotonic() + 15
+        clients: list[str] = []
+        while not clients:
+            assert time.monotonic() < deadline and proc.poll() is None, "attach never became a tmux client"
+            time.sleep(0.1)
+            out = subprocess.run(
+                ["tmux", "-L", tmux_socket, "list-clients", "-F", "#{session_name}"],
+                capture_output=True,
+                text=True,
+            )
+            clients = out.stdout.split()
+        assert clients == ["live"]
+        subprocess.run(["tmux", "-L", tmux_socket, "detach-client", "-s", "live"], check=True)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(primary)
+    assert runner.info("live").state == "running"  # detaching leaves the job alone

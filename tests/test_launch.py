@@ -60,7 +60,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 def script_env(patched_root: Path, data_dir: Path, tmp_path: Path, **extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("ATTEMPT", "RAY_ADDRESS", "POOL", "PRESET")}
-    env.update(PYTHON=sys.executable, DATA_DIR=str(data_dir), launch_root="", SCRATCH=str(tmp_path / "scratch"),
+    env.update(PYTHON=sys.executable, DATA_DIR=str(data_dir), SCRATCH=str(tmp_path / "scratch"),
                DATA_ROOT=str(tmp_path / "disk"), OUT_ROOT=str(tmp_path / "runs"),
                **{launch.OPENRLHF_DIR_ENV: str(patched_root)})
     env.update(extra)

@@ -427,3 +427,45 @@ def test_bf16_rounding_report():
     assert tiny["swallowed"] > 0.99 and tiny["realized_norm_ratio"] < 0.1
     big = bf16_rounding_report(w0, torch.randn(256, 256) * 0.02)
     assert big["swallowed"] < 0.05 and big["rel_error"] < 0.05
+
+
+class _StridedModel(nn.Module):
+    """A loader that scatters permuted source rows into every other row (exercises index placements)."""
+
+    def __init__(self, scale: float = 1.0):
+        super().__init__()
+        torch.manual_seed(1)
+        self.perm = torch.randperm(6)
+        self.scale = scale
+        self.model = nn.Module()
+        self.model.layers = nn.ModuleList([nn.Module()])
+        self.model.layers[0].proj = _holder(weight=torch.randn(12, 5))
+
+    def load_weights(self, weights):
+        loaded = set()
+        for name, w in weights:
+            if name == "model.layers.0.proj.weight":
+                self.model.layers[0].proj.weight.data[::2] = w[self.perm] * self.scale
+                loaded.add(name)
+        return loaded
+
+
+def _single_payload(a, b, scaling=2.0):
+    return {"format": "rft-lora-sync/1", "version": 0, "adapter": "default", "num_modules": 1,
+            "modules": [{"name": "model.layers.0.proj.weight", "scaling": scaling,
+                         "A": encode_tensor(a), "B": encode_tensor(b)}]}
+
+
+def test_non_contiguous_placement_and_non_narrowing_loader():
+    m = _StridedModel()
+    w0 = m.model.layers[0].proj.weight.detach().clone()
+    a, b = torch.randn(3, 5), torch.randn(6, 3)
+    LoraMergeApplier(m).apply(_single_payload(a, b))
+    want = w0.clone()
+    want[::2] = w0[::2] + 2.0 * (b @ a)[m.perm]
+    assert torch.equal(m.model.layers[0].proj.weight, want)
+    scaled = _StridedModel(scale=0.5)
+    w0 = scaled.model.layers[0].proj.weight.detach().clone()
+    with pytest.raises(LoraSyncError, match="narrowing"):
+        LoraMergeApplier(scaled).apply(_single_payload(a, b))
+    assert torch.equal(scaled.model.layers[0].proj.weight, w0)

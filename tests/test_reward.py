@@ -262,7 +262,7 @@ def test_openrlhf_loading_and_threaded_calls() -> None:
     for r in results:
         assert set(r["extra_logs"]) == set(EXTRA_LOG_KEYS)
         for v in [r["rewards"], r["scores"], *r["extra_logs"].values()]:
-            assert isinstance(v, torch.Tensor) and v.dtype == torch.float32 and v.shape == (1,)
+            assert isinstance(v, torch.Tensor) and v.dtype.is_floating_point and v.shape == (1,)
 
 
 _OPENRLHF_PATH_SCRIPT = r"""
@@ -329,3 +329,34 @@ def test_grade_dataclass_fields() -> None:
     assert list(Grade.__dataclass_fields__) == [
         "correct", "answer", "method", "has_answer", "has_boxed", "boxed_in_final", "truncated",
     ]
+
+
+def test_loads_from_a_checkout_without_install(tmp_path: Path) -> None:
+    """`python -S` hides site-packages (and our installed package): the file finds `rft/` beside itself."""
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('reward_func', {str(REWARD_FILE)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "import json; cases = json.loads(sys.argv[1])\n"
+        "print([float(m.reward_func([q], [p], [lab])['rewards'][0]) for p, q, lab in cases])\n"
+    )
+    cases = [
+        (QWEN_PROMPT, QWEN_PROMPT + QWEN_RESPONSE, "29"),
+        (QWEN_PROMPT, QWEN_PROMPT + GSM8K_RESPONSE, "29"),
+        (HARMONY_PROMPT, HARMONY_PROMPT + HARMONY_RESPONSE, "42"),
+        (HARMONY_PROMPT, HARMONY_PROMPT + HARMONY_RESPONSE, "41"),
+    ]
+    proc = subprocess.run([sys.executable, "-S", "-c", code, json.dumps(cases)], capture_output=True, text=True,
+                          cwd=str(tmp_path), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[1.0, 1.0, 1.0, 0.0]"
+
+
+def test_isolation_is_bounded_on_large_mismatched_input(caplog) -> None:
+    query = "x" * 1_000_000 + " a" * 200_000
+    prompt = "y z " * 300 + "w" * 100
+    start = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="rft.reward"):
+        assert len(isolate_response(query, prompt)) == len(query) - len(prompt)
+    assert time.perf_counter() - start < 1.0
+    assert any("could not locate the prompt" in r.getMessage() for r in caplog.records)

@@ -9,7 +9,13 @@ import pytest
 import torch
 from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
-from rft.robust_rewards import batch_reward_stats, sanitize_extra_logs, sanitize_reward, to_number, unify_info_keys
+from rft.robust_rewards import (
+    batch_reward_stats,
+    sanitize_extra_logs,
+    sanitize_reward,
+    to_number,
+    unify_info_keys,
+)
 
 
 @pytest.fixture

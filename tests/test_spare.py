@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -18,25 +19,43 @@ from rft.spare import SpareError, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 # What a checkout needs for spare.py to run on both sides.
-CLI_FILES = ["spare.py", "rft/__init__.py", "rft/io.py", "rft/spare.py", "rft/jobs.py", "rft/spare_job.sh",
-             "rft/spare_tmux.conf"]
+CLI_FILES = [
+    "spare.py",
+    "rft/__init__.py",
+    "rft/io.py",
+    "rft/spare.py",
+    "rft/jobs.py",
+    "rft/spare_job.sh",
+    "rft/spare_tmux.conf",
+]
 # Stand-in for the patch series: the exit-code contract of `apply_patches.sh --check` (0 = applied).
 FAKE_APPLY_PATCHES = '#!/usr/bin/env bash\n[ "$1" = --check ] && [ -f .patched ]\n'
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@t",
+}
 MISSING = missing_binaries()
 needs_ssh = pytest.mark.skipif(bool(MISSING), reason=f"binaries not installed: {', '.join(MISSING)}")
 
 
 def git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          env={**os.environ, **GIT_ENV}, check=True)
+    proc = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV},
+        check=True,
+    )
     return proc.stdout.strip()
 
 
 def kill_tmux_server(socket_name: str) -> None:
     subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
-    (Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.geteuid()}" / socket_name).unlink(missing_ok=True)
+    (Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.geteuid()}" / socket_name).unlink(
+        missing_ok=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,21 +84,30 @@ class Setup:
         git(self.primary, "add", "-A")
         git(self.primary, "commit", "-q", "-m", "first")
         git(self.primary.parent, "clone", "-q", str(self.primary), str(self.spare))
-        self.env = {**os.environ, **{
-            "RFT_SPARE": sshd.destination,
-            "RFT_SPARE_PORT": str(sshd.port),
-            "RFT_SPARE_KEY": str(sshd.key),
-            "RFT_SPARE_SSH_OPTS": " ".join(sshd.client_options),
-            "RFT_SPARE_REPO": str(self.spare),
-            "RFT_SPARE_PYTHON": sys.executable,
-            "RFT_TMUX_SOCKET": socket_name,
-        }}
+        self.env = {
+            **os.environ,
+            **{
+                "RFT_SPARE": sshd.destination,
+                "RFT_SPARE_PORT": str(sshd.port),
+                "RFT_SPARE_KEY": str(sshd.key),
+                "RFT_SPARE_SSH_OPTS": " ".join(sshd.client_options),
+                "RFT_SPARE_REPO": str(self.spare),
+                "RFT_SPARE_PYTHON": sys.executable,
+                "RFT_TMUX_SOCKET": socket_name,
+            },
+        }
         self.env.pop("RFT_SPARE_CONFIG", None)
 
     def cli(self, *args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
         """Run the primary's spare.py."""
-        return subprocess.run([sys.executable, str(self.primary / "spare.py"), *args], capture_output=True,
-                              text=True, env={**self.env, **(env or {})}, timeout=timeout, cwd=self.tmp)
+        return subprocess.run(
+            [sys.executable, str(self.primary / "spare.py"), *args],
+            capture_output=True,
+            text=True,
+            env={**self.env, **(env or {})},
+            timeout=timeout,
+            cwd=self.tmp,
+        )
 
     def commit(self, repo: Path, name: str, text: str) -> str:
         (repo / name).write_text(text)
@@ -124,7 +152,9 @@ def test_no_spare_configured_says_how(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RFT_")}
     env["RFT_SPARE_CONFIG"] = str(tmp_path / "empty.toml")
     (tmp_path / "empty.toml").write_text("")
-    proc = subprocess.run([sys.executable, str(ROOT / "spare.py"), "ls"], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "spare.py"), "ls"], capture_output=True, text=True, env=env
+    )
     assert proc.returncode == 2 and "no spare configured: set RFT_SPARE=user@host" in proc.stderr
 
 
@@ -157,7 +187,9 @@ def test_sync_and_verify_end_to_end(setup):
     assert git(s.spare, "rev-parse", "HEAD") == head
     assert git(s.spare, "symbolic-ref", "--short", "HEAD") == "main"
     assert git(s.spare, "status", "--porcelain") == ""
-    assert (s.spare / "data" / "train.jsonl").read_bytes() == (s.primary / "data" / "train.jsonl").read_bytes()
+    assert (s.spare / "data" / "train.jsonl").read_bytes() == (
+        s.primary / "data" / "train.jsonl"
+    ).read_bytes()
     assert (dest / "adapter_model.bin").read_bytes() == (adapter / "adapter_model.bin").read_bytes()
 
     again = s.cli("sync", "--adapter", spec)  # idempotent
@@ -196,6 +228,19 @@ def test_sync_refuses_non_fast_forward(setup):
 
 
 @needs_ssh
+def test_sync_follows_a_new_attempt_branch(setup):
+    s = setup
+    main_head = git(s.spare, "rev-parse", "HEAD")
+    git(s.primary, "checkout", "-q", "-b", "attempt-27-grpo-20b")
+    head = s.commit(s.primary, "a27.md", "notes\n")
+    proc = s.cli("sync", "--no-data")
+    assert proc.returncode == 0, proc.stderr
+    assert git(s.spare, "symbolic-ref", "--short", "HEAD") == "attempt-27-grpo-20b"
+    assert git(s.spare, "rev-parse", "HEAD") == head
+    assert git(s.spare, "rev-parse", "main") == main_head  # the spare's other branch is left alone
+
+
+@needs_ssh
 def test_sync_full_bundle_into_empty_checkout(setup):
     s = setup
     shutil.rmtree(s.spare)
@@ -228,7 +273,10 @@ def test_run_ls_tail_kill_over_ssh(setup):
 
     jobs = {j["name"]: j for j in json.loads(s.cli("ls", "--json").stdout)}
     assert {n: (j["state"], j["exit_code"]) for n, j in jobs.items()} == {
-        "ok": ("exited", 0), "bad": ("exited", 3), "long": ("running", None)}
+        "ok": ("exited", 0),
+        "bad": ("exited", 3),
+        "long": ("running", None),
+    }
     assert jobs["long"]["log"] == str(s.spare / "logs" / "long.log")
     table = s.cli("ls")
     assert table.returncode == 0 and "exit 3" in table.stdout and "running" in table.stdout
@@ -244,14 +292,32 @@ def test_run_ls_tail_kill_over_ssh(setup):
     assert killed.returncode == 0 and "job long: killed" in killed.stdout
     jobs = {j["name"]: j["state"] for j in json.loads(s.cli("ls", "--json").stdout)}
     assert jobs["long"] == "killed"
-    assert s.cli("kill", "nope").stderr.strip() == "spare.py: error: no job named 'nope' here: see `spare.py ls`"
+    assert (
+        s.cli("kill", "nope").stderr.strip() == "spare.py: error: no job named 'nope' here: see `spare.py ls`"
+    )
 
 
 @needs_ssh
 def test_job_command_crosses_ssh_exactly(setup):
     s = setup
-    tricky = ["it's", 'say "hi"', "$HOME", "${PATH}", "a;b", "x && rm -rf /nonexistent", "two  spaces",
-              "back\\slash", "new\nline", "*", "`id`", "$(id)", "", "--", "-n", "ünï"]
+    tricky = [
+        "it's",
+        'say "hi"',
+        "$HOME",
+        "${PATH}",
+        "a;b",
+        "x && rm -rf /nonexistent",
+        "two  spaces",
+        "back\\slash",
+        "new\nline",
+        "*",
+        "`id`",
+        "$(id)",
+        "",
+        "--",
+        "-n",
+        "ünï",
+    ]
     script = "import json, sys; print(json.dumps(sys.argv[1:]))"
     proc = s.cli("run", "quote", "--wait", "--", "python", "-c", script, *tricky)
     assert proc.returncode == 0, proc.stderr
@@ -266,7 +332,9 @@ def test_helpful_one_line_failures(setup, sshd, tmp_path):
     assert len(closed.stderr.strip().splitlines()) == 1
 
     gone = s.cli("ls", env={"RFT_SPARE_REPO": str(tmp_path / "no-such-repo")})
-    assert gone.returncode == 2 and f"repo path {tmp_path / 'no-such-repo'} missing on the spare" in gone.stderr
+    assert (
+        gone.returncode == 2 and f"repo path {tmp_path / 'no-such-repo'} missing on the spare" in gone.stderr
+    )
     gone = s.cli("sync", env={"RFT_SPARE_REPO": str(tmp_path / "no-such-repo")})
     assert gone.returncode == 2 and "missing on the spare" in gone.stderr
 
@@ -277,6 +345,14 @@ def test_helpful_one_line_failures(setup, sshd, tmp_path):
     git(tmp_path, "init", "-q", str(empty))
     no_cli = s.cli("ls", env={"RFT_SPARE_REPO": str(empty)})
     assert no_cli.returncode == 2 and "run `spare.py sync` first" in no_cli.stderr
+
+    gpus = s.cli("gpus")
+    if shutil.which("nvidia-smi") is None:  # this box has no NVIDIA driver: one line saying so, nothing more
+        assert gpus.returncode == 2 and gpus.stderr.strip().splitlines() == [
+            f"spare.py: error: nvidia-smi not found on {socket.gethostname()}: no NVIDIA driver here (no GPUs to show)"
+        ]
+    else:
+        assert gpus.returncode == 0 and "GPUs on" in gpus.stdout
 
     # the spare's environment has no tmux on PATH
     wrapper = tmp_path / "python-without-tmux"

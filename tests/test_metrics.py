@@ -1,0 +1,137 @@
+"""JSONL metrics/samples/spike logs through the real patched OpenRLHF trainer methods, and eval pass@n (#966)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
+
+from rft import metrics
+from rft.io import read_jsonl
+
+
+@pytest.fixture
+def log_dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("METRICS_LOG_DIR", str(tmp_path / "m"))
+    monkeypatch.setenv("SAMPLES_LOG_DIR", str(tmp_path / "s"))
+    monkeypatch.delenv("SPIKE_LOG_PATH", raising=False)
+    return tmp_path
+
+
+def base_trainer(**args):
+    from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+
+    tr = object.__new__(BasePPOTrainer)
+    tr.args = SimpleNamespace(**{"logging_steps": 1, "save_steps": float("inf"), **args})
+    tr.wandb_logger = tr.tensorboard_logger = None
+    return tr
+
+
+def test_save_logs_writes_one_numeric_line_per_step(patched_openrlhf, log_dirs):  # noqa: F811
+    tr = base_trainer()
+    for step in (1, 2):
+        status = {
+            "policy_loss": torch.tensor(0.5 * step),
+            "reward": 0.25,
+            "grad_norm": 3,
+            "ppo_kl": float("nan"),
+            "generated_samples": ["text", 1.0],
+            "note": "skip me",
+        }
+        tr.save_logs_and_checkpoints(step, status, {})
+    rows = read_jsonl(log_dirs / "m" / metrics.METRICS_FILE)
+    assert [r["global_step"] for r in rows] == [1, 2]
+    assert rows[1]["policy_loss"] == 1.0 and rows[0]["reward"] == 0.25 and rows[0]["grad_norm"] == 3
+    assert rows[0]["ppo_kl"] is None
+    assert "generated_samples" not in rows[0] and "note" not in rows[0]
+    assert isinstance(rows[0]["timestamp"], float)
+    assert set(rows[0]) <= set(metrics.KNOWN_KEYS)
+
+
+def test_metrics_off_without_env(patched_openrlhf, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.delenv("METRICS_LOG_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    base_trainer().save_logs_and_checkpoints(1, {"reward": 1.0}, {})
+    assert list(tmp_path.iterdir()) == []
+
+
+class Tok:
+    def decode(self, ids, skip_special_tokens=False):
+        return " ".join(f"t{i}" for i in ids)
+
+
+def test_samples_every_n_steps(patched_openrlhf, log_dirs, monkeypatch):  # noqa: F811
+    from openrlhf.trainer.ppo_utils.experience_maker import Experience
+
+    monkeypatch.setenv("SAMPLES_LOG_EVERY", "2")
+    exp = Experience(
+        sequences=torch.tensor([[0, 5, 6, 7, 8], [5, 6, 9, 0, 0]]),
+        action_mask=torch.tensor([[0, 0, 1, 1], [0, 1, 0, 0]], dtype=torch.bool),
+        prompts=["p1", "p2"], labels=["1", "2"], rewards=torch.tensor([1.0, 0.0]),
+        info={"correctness": torch.tensor([1.0, 0.0]), "scalar": torch.tensor(3.0)},
+    )
+    assert metrics.write_samples(1, [exp], Tok()) is None
+    path = metrics.write_samples(2, [exp], Tok())
+    rows = read_jsonl(path)
+    assert path.name == "samples_step2.jsonl"
+    assert rows[0] == {"global_step": 2, "prompt": "p1", "label": "1", "response": "t7 t8", "reward": 1.0,
+                       "correctness": 1.0}
+    assert rows[1]["response"] == "t9"
+    monkeypatch.setenv("SAMPLES_LOG_EVERY", "zero")
+    with pytest.raises(ValueError, match="SAMPLES_LOG_EVERY"):
+        metrics.samples_every()
+
+
+def test_prompt_hashes_and_spike_log(log_dirs):
+    seqs = torch.tensor([[0, 0, 5, 6, 7], [0, 5, 6, 7, 8]])
+    att = torch.tensor([[0, 0, 1, 1, 1], [0, 1, 1, 1, 1]])
+    act = torch.tensor([[0, 0, 1, 1], [0, 0, 1, 1]], dtype=torch.bool)
+    h = metrics.prompt_token_hashes(seqs, att, act)
+    assert h[0] != h[1] and len(h[0]) == 16
+    same = metrics.prompt_token_hashes(torch.tensor([[9, 5, 6, 1]]), torch.tensor([[0, 1, 1, 1]]),
+                                       torch.tensor([[0, 1, 1]], dtype=torch.bool))
+    assert same[0] == h[0]  # tokens [5, 6] whatever the padding
+    path = metrics.append_spike({"global_step": 3, "grad_norm": torch.tensor(80.0), "prompt_hashes": h})
+    assert path == log_dirs / "m" / metrics.SPIKE_FILE
+    row = json.loads(path.read_text().splitlines()[0])
+    assert row["grad_norm"] == 80.0 and row["prompt_hashes"] == h
+
+
+def test_eval_generates_and_labels_eval_n(patched_openrlhf, log_dirs, monkeypatch):  # noqa: F811
+    """OpenRLHF#966: 0.9.3 generated the *training* n per eval prompt but reshaped by the eval n."""
+    from openrlhf.trainer.ppo_trainer import PPOTrainer
+    from openrlhf.trainer.ppo_utils import experience_maker as em
+
+    class Engine:
+        def __init__(self):
+            self.calls = []
+            self.get_num_unfinished_requests = SimpleNamespace(remote=lambda: 0)
+            self.generate_responses = SimpleNamespace(remote=lambda **kw: self.calls.append(kw) or kw)
+
+    engine = Engine()
+    gen = object.__new__(em.SamplesGenerator)
+    gen.args = SimpleNamespace(n_samples_per_prompt=8, enable_vllm_is_correction=False)
+    gen.vllm_engines = [engine]
+    gen.tokenizer = None
+    monkeypatch.setattr(em.ray, "get", lambda refs: refs)  # engines are stand-ins; ray.get is a pass-through
+    gen._dispatch_prompts_to_vllm(["q1", "q2"], ["1", "2"], n_samples_per_prompt=3, temperature=0.6)
+    assert [c["num_samples"] for c in engine.calls] == [3, 3]
+    engine.calls.clear()
+    gen._dispatch_prompts_to_vllm(["q1"], ["1"])  # training rollouts keep the training n
+    assert engine.calls[0]["num_samples"] == 8
+
+    cls = getattr(PPOTrainer, "__ray_actor_class__", PPOTrainer)
+    tr = object.__new__(cls)
+    tr.wandb_logger = tr.tensorboard_logger = None
+    tr.eval_dataloader = [(["aime", "amc"], ["q1", "q2"], ["1", "2"])]
+    rewards = {"q1": [0.0, 1.0, 0.0], "q2": [0.0, 0.0, 0.0]}
+    samples = [em.Experience(prompts=[p], rewards=torch.tensor([r])) for p in ("q1", "q2") for r in rewards[p]]
+    tr.samples_generator = SimpleNamespace(generate_eval_samples=lambda **kw: samples)
+    tr.evaluate(5, n_samples_per_prompt=3)
+    rows = read_jsonl(log_dirs / "m" / metrics.METRICS_FILE)
+    assert rows[-1]["event"] == "eval" and rows[-1]["global_step"] == 5
+    assert rows[-1]["eval_aime_pass3"] == 1.0 and rows[-1]["eval_amc_pass3"] == 0.0
+    assert rows[-1]["eval_aime_pass1"] == pytest.approx(1 / 3)
