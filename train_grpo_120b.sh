@@ -8,6 +8,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
 export MODEL="${MODEL:-openai/gpt-oss-120b}"
 export RUN_NAME="${RUN_NAME:-gpt-oss-120b-grpo}"
 export RFT_PROFILE="${RFT_PROFILE:-120b}"
+# The actor trains from a lossless bf16 copy (stock ZeRO-3 load: each rank holds one shard); make it once with
+#   python convert_mxfp4.py "$MODEL" "$ACTOR_MODEL"
+# Dequantizing 120b in process would put a full ~218 GiB bf16 copy in rank 0's host RAM at every start.
+export ACTOR_MODEL="${ACTOR_MODEL:-${DATA_ROOT:-/mnt/data}/models/gpt-oss-120b-bf16}"
 
 ARGS=(
     # Larger model, larger adapter (alpha/rank stays 2).

@@ -7,6 +7,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
 
 # Machine settings and paths (override from the environment).
 MODEL="${MODEL:-openai/gpt-oss-20b}"
+# The actor/reference load ACTOR_MODEL (default MODEL: MXFP4, dequantized in process by our actor.patch);
+# point it at a bf16 copy from convert_mxfp4.py to skip that. vLLM always serves MODEL.
+ACTOR_MODEL="${ACTOR_MODEL:-$MODEL}"
 RUN_NAME="${RUN_NAME:-gpt-oss-20b-grpo}"
 DATA_DIR="${DATA_DIR:-$RFT_ROOT/data}"
 PROMPT_DATA="${PROMPT_DATA:-$DATA_DIR/sft_rl_pool.jsonl}"
@@ -22,7 +25,8 @@ export SPIKE_LOG_PATH="${SPIKE_LOG_PATH:-$METRICS_LOG_DIR/spike_log.jsonl}"
 # RAY_ADDRESS (if set) makes OpenRLHF join that cluster; unset starts a fresh local Ray.
 
 ARGS=(
-    --pretrain "$MODEL"
+    --pretrain "$ACTOR_MODEL"
+    --vllm_pretrain "$MODEL"
     # Reward: pure exact match (reward_func_em.py -> rft.reward); eval needs a remote_rm_url in 0.9.3.
     --remote_rm_url "$REWARD_FUNC"
     --prompt_data "$PROMPT_DATA"

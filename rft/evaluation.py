@@ -17,22 +17,23 @@ import random
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
+from rft.eval_report import pct, summarize, write_reports
 from rft.generation import Completion, Request
-from rft.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl, sha256_file
+from rft.io import atomic_write_json, atomic_write_jsonl, read_jsonl, sha256_file
 from rft.passk import (
     answers_agree,
     bootstrap_ci,
     distinct_answers,
     maj_correct,
     mean_at_n,
-    paired_bootstrap_ci,
     pass_at_k,
 )
 from rft.problems import problem_hash
-from rft.prompts import encode_prompt
+from rft.prompts import DEFAULT_CHAT_DATE, DEFAULT_REASONING_EFFORT, chat_template_kwargs, encode_prompt
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,6 @@ MODES: dict[str, Mode] = {
 }
 SAMPLING_TOP_P = 1.0  # plain temperature sampling, the DeepSeek-R1 T=0.6 convention
 DATASETS = {"aime": "aime_eval.jsonl", "id": "probe_set_200.jsonl", "ood": "probe_set_200_ood.jsonl"}
-SFT_BOXED_THRESHOLD = 0.95  # the playbook: SFT only when the final-answer \boxed{} rate is below 95%
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 
 
@@ -72,12 +72,22 @@ class EvalConfig:
 
     max_new_tokens: int = 8192
     seed: int = 1234
-    reasoning_effort: str | None = "medium"
-    chat_date: str | None = "2025-08-05"
+    reasoning_effort: str | None = DEFAULT_REASONING_EFFORT
+    chat_date: str = DEFAULT_CHAT_DATE  # YYYY-MM-DD, or "today" (the real clock, as training does)
     backend: str = "vllm"
     limit: int | None = None
     n_boot: int = 2000
-    template_kwargs: dict = field(default_factory=dict, repr=False)
+
+    def resolved_chat_date(self) -> str:
+        """The date the chat template writes: chat_date, with "today" replaced by today's date."""
+        return datetime.now().strftime("%Y-%m-%d") if self.chat_date == "today" else self.chat_date
+
+    def template_kwargs(self) -> dict:
+        """Chat-template kwargs pinning reasoning effort and date; ValueError on a malformed date."""
+        try:
+            return chat_template_kwargs(self.reasoning_effort, self.resolved_chat_date())
+        except ValueError:
+            raise ValueError(f"--chat-date {self.chat_date!r}: expected YYYY-MM-DD or 'today'") from None
 
     def fingerprint(self) -> dict:
         """The settings a finished cell must match to be reused."""
@@ -85,7 +95,7 @@ class EvalConfig:
             "max_new_tokens": self.max_new_tokens,
             "seed": self.seed,
             "reasoning_effort": self.reasoning_effort,
-            "chat_date": self.chat_date,
+            "chat_date": self.resolved_chat_date(),
             "backend": self.backend,
             "limit": self.limit,
             "sampling_top_p": SAMPLING_TOP_P,
@@ -285,33 +295,13 @@ class RunDir:
 
 def cell_key(model_identity: dict, dataset_sha: str, mode: str, cfg: EvalConfig) -> dict:
     """What a finished cell must match to be skipped: model identity, dataset bytes, mode, settings."""
-    return {
+    key = {
         "model": model_identity,
         "dataset_sha256": dataset_sha,
         "mode": mode,
         "settings": cfg.fingerprint(),
     }
-
-
-def model_identity(path: str | Path, base: str | None) -> dict:
-    """A cheap identity of a model argument: adapter content hash + base, or model dir + config/weights stats."""
-    from rft.merge import adapter_hash, is_adapter_dir, resolve_base
-
-    p = Path(path).expanduser()
-    if is_adapter_dir(p):
-        return {"adapter_sha256": adapter_hash(p), "base": str(resolve_base(p, base))}
-    if not (p / "config.json").is_file():
-        from rft.merge import MergeError
-
-        raise MergeError(
-            f"{p}: neither a model directory (config.json) nor a LoRA adapter (adapter_config.json)"
-        )
-    weights = sorted((f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in p.glob("*.safetensors"))
-    return {
-        "model_dir": str(p.resolve()),
-        "config_sha256": sha256_file(p / "config.json"),
-        "weights": weights,
-    }
+    return json.loads(json.dumps(key))  # the form it has after a round trip through cell.json
 
 
 def run_cell(
@@ -362,7 +352,7 @@ def evaluate_model(
         path, problems = datasets[cell.dataset]
         if cell.dataset not in prompt_cache:
             prompt_cache[cell.dataset] = {
-                p.pid: encode_prompt(backend.tokenizer, p.input, **cfg.template_kwargs) for p in problems
+                p.pid: encode_prompt(backend.tokenizer, p.input, **cfg.template_kwargs()) for p in problems
             }
         prompt_ids = prompt_cache[cell.dataset]
         mode = MODES[cell.mode]
@@ -390,184 +380,20 @@ def evaluate_model(
         )
 
 
-def pct(x: float) -> str:
-    """A fraction as a percentage with one decimal."""
-    return f"{100 * x:.1f}%"
+def environment() -> dict:
+    """Library versions and accelerator that produced the numbers (vLLM looked up, never imported)."""
+    from importlib.metadata import PackageNotFoundError, version
 
+    env: dict = {}
+    for pkg in ("torch", "transformers", "peft", "vllm"):
+        try:
+            env[pkg] = version(pkg)
+        except PackageNotFoundError:
+            env[pkg] = None
+    import torch
 
-def compare(cell: dict, base: dict, cfg: EvalConfig) -> dict:
-    """Headline delta vs the baseline cell (paired bootstrap CI) and the per-problem flips."""
-    if cell["problem_ids"] != base["problem_ids"]:
-        raise ValueError(f"{cell['model']} and {base['model']} on {cell['dataset']} saw different problems")
-    name = cell["headline"]
-    mine, theirs = cell["figures"][name]["per_problem"], base["figures"][name]["per_problem"]
-    lo, hi = paired_bootstrap_ci(mine, theirs, n_boot=cfg.n_boot, seed=cfg.seed)
-    pids = cell["problem_ids"]
-    fixed = [p for p, a, b in zip(pids, cell["solved"], base["solved"], strict=True) if a and not b]
-    broken = [p for p, a, b in zip(pids, cell["solved"], base["solved"], strict=True) if b and not a]
-    delta = cell["figures"][name]["value"] - base["figures"][name]["value"]
-    return {
-        "baseline": base["model"],
-        "metric": name,
-        "delta": delta,
-        "ci95": [lo, hi],
-        "fixed": fixed,
-        "broken": broken,
-    }
-
-
-def summarize(cells: Sequence[dict], baseline: str, cfg: EvalConfig) -> dict:
-    """The run summary: every cell's figures, its comparison to the baseline, per-model format rates."""
-    index = {(c["model"], c["dataset"], c["mode"]): c for c in cells}
-    out_cells = []
-    for c in cells:
-        entry = {
-            k: c[k]
-            for k in (
-                "model",
-                "dataset",
-                "mode",
-                "headline",
-                "n_problems",
-                "n_samples",
-                "rates",
-                "model_dir",
-                "dataset_path",
-                "prompts_sha256",
-            )
-        }
-        entry["figures"] = {k: {"value": v["value"], "ci95": v["ci95"]} for k, v in c["figures"].items()}
-        base = index.get((baseline, c["dataset"], c["mode"]))
-        if c["model"] != baseline and base is not None:
-            entry["vs_baseline"] = compare(c, base, cfg)
-        out_cells.append(entry)
-    per_model: dict[str, dict] = {}
-    for c in cells:
-        m = per_model.setdefault(
-            c["model"], {"samples": 0, "boxed": 0.0, "boxed_in_final": 0.0, "truncated": 0.0}
-        )
-        m["samples"] += c["n_samples"]
-        for k in ("boxed", "boxed_in_final", "truncated"):
-            m[k] += c["rates"][k] * c["n_samples"]
-    for m in per_model.values():
-        for k in ("boxed", "boxed_in_final", "truncated"):
-            m[k] /= m["samples"]
-        m["sft_needed"] = m["boxed_in_final"] < SFT_BOXED_THRESHOLD
-    return {
-        "baseline": baseline,
-        "settings": cfg.fingerprint(),
-        "n_boot": cfg.n_boot,
-        "cells": out_cells,
-        "models": per_model,
-    }
-
-
-def _fig(f: dict) -> str:
-    return f"{pct(f['value'])} [{pct(f['ci95'][0])}, {pct(f['ci95'][1])}]"
-
-
-def _fig_plain(f: dict) -> str:
-    return f"{f['value']:.2f} [{f['ci95'][0]:.2f}, {f['ci95'][1]:.2f}]"
-
-
-def _pp(x: float) -> str:
-    return f"{100 * x:+.1f} pp"
-
-
-def markdown_report(summary: dict, title: str) -> str:
-    """The markdown block for rl_grpo_research.md: results table, flips, format check / SFT verdict."""
-    s = summary["settings"]
-    base = summary["baseline"]
-    lines = [
-        f"### {title}",
-        "",
-        f"Backend `{s['backend']}`, max tokens {s['max_new_tokens']}, seed {s['seed']}, reasoning effort "
-        f"`{s['reasoning_effort']}`, chat date `{s['chat_date']}`. Brackets: 95% bootstrap CI over problems "
-        f"({summary['n_boot']} resamples). Modes are never mixed: compare rows of the same mode only.",
-        "",
-        f"| model | dataset (problems; 1 problem =) | mode | headline | Δ vs {base} [95% CI] | other figures | "
-        "boxed | truncated | fixed | broken |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for c in summary["cells"]:
-        head = c["figures"][c["headline"]]
-        others = "; ".join(
-            f"{k} {_fig_plain(v) if k == 'distinct_answers' else _fig(v)}"
-            for k, v in c["figures"].items()
-            if k != c["headline"]
-        )
-        vs = c.get("vs_baseline")
-        delta = (
-            "baseline"
-            if c["model"] == base
-            else (f"{_pp(vs['delta'])} [{_pp(vs['ci95'][0])}, {_pp(vs['ci95'][1])}]" if vs else "n/a")
-        )
-        fixed = str(len(vs["fixed"])) if vs else ""
-        broken = str(len(vs["broken"])) if vs else ""
-        lines.append(
-            f"| {c['model']} | {c['dataset']} ({c['n_problems']}; {100 / c['n_problems']:.1f} pp) | {c['mode']} | "
-            f"{c['headline']} {_fig(head)} | {delta} | {others or '-'} | {pct(c['rates']['boxed'])} | "
-            f"{pct(c['rates']['truncated'])} | {fixed} | {broken} |"
-        )
-    flips = [c for c in summary["cells"] if c.get("vs_baseline")]
-    if flips:
-        lines += [
-            "",
-            f"Per-problem flips vs `{base}` (solved = greedy correct / maj@8 correct / any of 8 correct):",
-            "",
-        ]
-        for c in flips:
-            vs = c["vs_baseline"]
-            lines.append(
-                f"- {c['model']} · {c['dataset']} · {c['mode']}: fixed {len(vs['fixed'])} "
-                f"({', '.join(vs['fixed']) or '-'}); broken {len(vs['broken'])} "
-                f"({', '.join(vs['broken']) or '-'})"
-            )
-    lines += [
-        "",
-        "Format check (all samples of the model in this run; SFT only if final-answer \\boxed{} rate "
-        f"< {pct(SFT_BOXED_THRESHOLD)}):",
-        "",
-        "| model | samples | boxed | boxed in final answer | truncated | SFT verdict |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, m in summary["models"].items():
-        verdict = "SFT needed" if m["sft_needed"] else "no SFT needed"
-        lines.append(
-            f"| {name} | {m['samples']} | {pct(m['boxed'])} | {pct(m['boxed_in_final'])} | "
-            f"{pct(m['truncated'])} | {verdict} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def write_reports(run: RunDir, summary: dict, title: str) -> Path:
-    """Write summary.json and results.md into the run directory; returns the markdown path."""
-    atomic_write_json(run.root / "summary.json", summary)
-    md = run.root / "results.md"
-    atomic_write_text(md, markdown_report(summary, title))
-    return md
-
-
-def print_summary(summary: dict) -> None:
-    """A rich table of the headline figures, one row per cell, mode always shown."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"post-hoc eval (baseline: {summary['baseline']})")
-    for col in ("model", "dataset", "mode", "headline [95% CI]", "Δ vs baseline", "boxed", "truncated"):
-        table.add_column(col)
-    for c in summary["cells"]:
-        vs = c.get("vs_baseline")
-        table.add_row(
-            c["model"],
-            c["dataset"],
-            c["mode"],
-            f"{c['headline']} {_fig(c['figures'][c['headline']])}",
-            _pp(vs["delta"]) if vs else "-",
-            pct(c["rates"]["boxed"]),
-            pct(c["rates"]["truncated"]),
-        )
-    Console(stderr=True).print(table)
+    env["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return env
 
 
 def run_evaluation(
@@ -589,7 +415,7 @@ def run_evaluation(
     log: Callable[[str], None] = print,
 ) -> dict:
     """Evaluate every (model, dataset, mode) cell, skipping finished ones, then write summary + markdown."""
-    from rft.merge import resolve_model
+    from rft.merge import model_identity, resolve_model
 
     if grade_fn is None:
         from rft.reward import grade as grade_fn
@@ -599,6 +425,7 @@ def run_evaluation(
     baseline = baseline or names[0]
     if baseline not in names:
         raise ValueError(f"--baseline {baseline!r} is not one of the --model names {names}")
+    cfg.template_kwargs()  # a bad --chat-date fails before any work
     for m in modes:
         if m not in MODES:
             raise ValueError(f"--mode {m!r}: expected one of {', '.join(MODES)}")
@@ -647,8 +474,9 @@ def run_evaluation(
         finally:
             backend.close()
     cells = [run.load_cell(m, d, mo) for m in names for d in loaded for mo in modes]
-    summary = summarize(cells, baseline, cfg)
+    summary = summarize(cells, baseline, settings=cfg.fingerprint(), n_boot=cfg.n_boot, seed=cfg.seed)
+    summary["environment"] = environment()
     summary["merges"] = merges
-    md = write_reports(run, summary, f"Post-hoc eval: {', '.join(names)} on {', '.join(loaded)}")
+    md = write_reports(run.root, summary, f"Post-hoc eval: {', '.join(names)} on {', '.join(loaded)}")
     log(f"wrote {run.root / 'summary.json'} and {md}")
     return summary

@@ -116,6 +116,29 @@ def attention_rule(args: argparse.Namespace, argv: list[str]) -> tuple[list[str]
     return [], []
 
 
+def looks_local(path: str | None) -> bool:
+    """A filesystem path rather than a hub id (absolute, ./, ../ or ~)."""
+    return bool(path) and path.startswith(("/", "./", "../", "~"))
+
+
+def model_rule(a: argparse.Namespace, rep: Report) -> None:
+    """The actor checkpoint (--pretrain) and the one vLLM serves (--vllm_pretrain): present, and how MXFP4 loads."""
+    from rft.mxfp4 import is_mxfp4_checkpoint
+
+    actor, served = a.pretrain, getattr(a, "vllm_pretrain", None) or a.pretrain
+    if actor != served:
+        rep.notes.append(f"model: actor/reference train from {actor}; vLLM serves {served}")
+    path = Path(actor).expanduser() if actor else None
+    if path is not None and looks_local(actor) and not (path / "config.json").is_file():
+        hint = f"; make it with: python convert_mxfp4.py {served} {actor}" if actor != served else ""
+        rep.blocking.append(f"model: --pretrain {actor} has no config.json{hint}")
+    elif path is not None and path.is_dir() and is_mxfp4_checkpoint(path):
+        rep.warnings.append(
+            f"model: --pretrain {actor} is MXFP4: dequantized to bf16 at every start, rank 0 holding the whole bf16 "
+            "model (2 bytes/parameter) in host RAM; a bf16 copy from convert_mxfp4.py avoids both"
+        )
+
+
 def placement_rules(a: argparse.Namespace) -> list[str]:
     """The placement assertions 0.9.3's train() makes after Ray starts, checked before."""
     errors = []
@@ -495,6 +518,7 @@ def run_checks(profile: Profile, argv: list[str], *, lr_pool: int | None = None)
     errs, warns = attention_rule(a, argv)
     rep.errors += errs
     rep.warnings += warns
+    model_rule(a, rep)
     if profile.entry == "ppo":
         rep.errors += placement_rules(a)
         rep.warnings += eval_rule(a)

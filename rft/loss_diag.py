@@ -108,24 +108,22 @@ class StepDiagnostics:
     def reduce(self, all_reduce) -> dict[str, float]:
         """Cross-rank values; `all_reduce(dict, op)` is OpenRLHF's `strategy.all_reduce` (op: mean/max/sum).
 
-        Every rank must call this (it is collective) and must have seen the same number of micro-batches.
+        Every rank must call this (it is collective). Every rank sends the same keys, -inf where it has no
+        value (e.g. no action tokens): a key sent by some ranks only would pair different collectives and hang.
         """
         loc = self.local()
         out: dict[str, float] = {}
-        max_part = {k: loc[k] for k in (*MAX_REDUCED_KEYS, "grad_norm") if k in loc}
-        if "logratio_min" in loc:
-            max_part["neg_logratio_min"] = -loc["logratio_min"]
-        if max_part:
-            reduced = all_reduce(max_part, "max")
-            if "neg_logratio_min" in reduced:
-                out["logratio_min"] = -float(reduced.pop("neg_logratio_min"))
-            out.update({k: float(v) for k, v in reduced.items()})
-        if "logratio_tokens" in loc:
-            sums = all_reduce({"tokens": self.tokens, "clamped": self.clamped_tokens}, "sum")
+        max_part = {k: loc.get(k, -math.inf) for k in (*MAX_REDUCED_KEYS, "grad_norm")}
+        max_part["neg_logratio_min"] = -loc["logratio_min"] if "logratio_min" in loc else -math.inf
+        reduced = {k: float(v) for k, v in all_reduce(max_part, "max").items()}
+        neg_min = reduced.pop("neg_logratio_min")
+        if neg_min != -math.inf:
+            out["logratio_min"] = -neg_min
+        out.update({k: v for k, v in reduced.items() if v != -math.inf})
+        sums = all_reduce({"tokens": self.tokens, "clamped": self.clamped_tokens}, "sum")
+        if float(sums["tokens"]):
             out["logratio_tokens"] = float(sums["tokens"])
-            out["logratio_clamped_frac"] = (
-                float(sums["clamped"]) / float(sums["tokens"]) if sums["tokens"] else 0.0
-            )
+            out["logratio_clamped_frac"] = float(sums["clamped"]) / float(sums["tokens"])
         if "grad_norm_steps" in loc:
             out["grad_norm_steps"] = loc["grad_norm_steps"]
         return out

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from rft.io import atomic_write_json, sha256_file
+from rft.mxfp4 import MXFP4, quant_method
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -108,22 +109,15 @@ def merge_key(adapter_dir: str | os.PathLike, base_dir: Path, dtype: str, dequan
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def quantization_method(model_dir: str | os.PathLike) -> str | None:
-    """The `quant_method` of a model's config.json (e.g. "mxfp4" for gpt-oss), or None."""
-    cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
-    q = cfg.get("quantization_config")
-    return str(q.get("quant_method")) if isinstance(q, dict) else None
-
-
 def base_load_kwargs(base_dir: Path, dtype: str, dequantize: bool) -> dict:
     """from_pretrained kwargs for the base: plain dtype, or MXFP4 dequantized to `dtype`; else refuse."""
     import torch
 
     kwargs: dict = {"dtype": getattr(torch, dtype), "low_cpu_mem_usage": True}
-    method = quantization_method(base_dir)
+    method = quant_method(base_dir)
     if method is None:
         return kwargs
-    if method != "mxfp4":
+    if method != MXFP4:
         raise MergeError(f"base model {base_dir} is quantized ({method}); merging needs an unquantized base")
     if not dequantize:
         raise MergeError(
@@ -161,8 +155,33 @@ def merge_into(adapter_dir: Path, base_dir: Path, out_dir: Path, dtype: str, deq
     AutoTokenizer.from_pretrained(tokenizer_source(adapter_dir, base_dir)).save_pretrained(out_dir)
     if (base_dir / "generation_config.json").is_file():  # eos ids vLLM stops on (gpt-oss: <|return|>)
         shutil.copyfile(base_dir / "generation_config.json", out_dir / "generation_config.json")
-    if quantization_method(out_dir) is not None:
+    if quant_method(out_dir) is not None:
         raise MergeError(f"{out_dir}: merged config still declares quantization; refusing to publish it")
+
+
+def check_model_path(path: str | os.PathLike) -> Path:
+    """`path` as a Path if it is a model directory or a LoRA adapter directory; else MergeError naming it."""
+    src = Path(path).expanduser()
+    if not src.is_dir():
+        raise MergeError(f"model path {src} does not exist or is not a directory")
+    if not is_adapter_dir(src) and not (src / "config.json").is_file():
+        raise MergeError(
+            f"{src}: neither a model directory (config.json) nor a LoRA adapter ({ADAPTER_CONFIG})"
+        )
+    return src
+
+
+def model_identity(path: str | os.PathLike, base: str | None = None) -> dict:
+    """A cheap identity of a model argument (no merge): adapter content hash + base, or dir + config/weights stats."""
+    src = check_model_path(path)
+    if is_adapter_dir(src):
+        return {"adapter_sha256": adapter_hash(src), "base": str(resolve_base(src, base))}
+    weights = sorted([f.name, f.stat().st_size, int(f.stat().st_mtime)] for f in src.glob("*.safetensors"))
+    return {
+        "model_dir": str(src.resolve()),
+        "config_sha256": sha256_file(src / "config.json"),
+        "weights": weights,
+    }
 
 
 def resolve_model(
@@ -174,14 +193,8 @@ def resolve_model(
     dequantize: bool = True,
 ) -> tuple[Path, dict]:
     """A loadable model directory for `path` and a record of how it was obtained (merged, cache hit)."""
-    src = Path(path).expanduser()
-    if not src.is_dir():
-        raise MergeError(f"model path {src} does not exist or is not a directory")
+    src = check_model_path(path)
     if not is_adapter_dir(src):
-        if not (src / "config.json").is_file():
-            raise MergeError(
-                f"{src}: neither a model directory (config.json) nor a LoRA adapter ({ADAPTER_CONFIG})"
-            )
         return src.resolve(), {"kind": "model", "path": str(src.resolve())}
     adapter_weights_file(src)
     base_dir = resolve_base(src, base)

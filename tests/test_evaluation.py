@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from datetime import datetime
@@ -22,7 +23,6 @@ from rft.evaluation import (
     EvalConfig,
     Problem,
     cell_metrics,
-    compare,
     load_problems,
     parse_named,
     plan_passes,
@@ -54,7 +54,9 @@ def _load_entry_point():
 
 
 eval_posthoc = _load_entry_point()
-QUESTIONS = [f"What is {a}+{b}?" for a, b in [(2, 3), (7, 6), (4, 9), (11, 5), (1, 1), (8, 12), (3, 14), (20, 0)]]
+QUESTIONS = [
+    f"What is {a}+{b}?" for a, b in [(2, 3), (7, 6), (4, 9), (11, 5), (1, 1), (8, 12), (3, 14), (20, 0)]
+]
 MAX_TOKENS = 24
 
 
@@ -95,11 +97,16 @@ def test_eval_date_is_fixed_and_is_the_only_difference_from_training():
     assert f"Current date: {DEFAULT_CHAT_DATE}" in eval_text
     today = datetime.now().strftime("%Y-%m-%d")
     assert eval_text.replace(DEFAULT_CHAT_DATE, today) == train_text.replace(
-        datetime.now().strftime("%Y-%m-%d"), today)
+        datetime.now().strftime("%Y-%m-%d"), today
+    )
     high = render_prompt(tok, row["input"], **chat_template_kwargs("high", DEFAULT_CHAT_DATE))
     assert "Reasoning: high" in high and high != eval_text
     with pytest.raises(ValueError):
         chat_template_kwargs("medium", "05/08/2025")
+    assert EvalConfig(chat_date="today").fingerprint()["chat_date"] == datetime.now().strftime("%Y-%m-%d")
+    assert EvalConfig().fingerprint()["chat_date"] == DEFAULT_CHAT_DATE
+    with pytest.raises(ValueError, match="--chat-date '2025-13-40'"):
+        EvalConfig(chat_date="2025-13-40").template_kwargs()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -113,8 +120,10 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def test_load_problems_and_errors_name_file_and_line(tmp_path):
-    good = write_jsonl(tmp_path / "good.jsonl", [{"input": build_input(q), "label": str(i)} for i, q in
-                                                  enumerate(QUESTIONS[:3])])
+    good = write_jsonl(
+        tmp_path / "good.jsonl",
+        [{"input": build_input(q), "label": str(i)} for i, q in enumerate(QUESTIONS[:3])],
+    )
     probs = load_problems(good)
     assert [p.label for p in probs] == ["0", "1", "2"] and len({p.pid for p in probs}) == 3
     assert len(load_problems(good, limit=2)) == 2
@@ -125,7 +134,9 @@ def test_load_problems_and_errors_name_file_and_line(tmp_path):
     bad.write_text("{nope\n")
     with pytest.raises(ValueError, match=r"bad\.jsonl:1: not valid JSON"):
         load_problems(bad)
-    dup = write_jsonl(tmp_path / "dup.jsonl", [{"input": "Same?", "label": "1"}, {"input": "same? ", "label": "1"}])
+    dup = write_jsonl(
+        tmp_path / "dup.jsonl", [{"input": "Same?", "label": "1"}, {"input": "same? ", "label": "1"}]
+    )
     a, b = load_problems(dup)
     assert b.pid == a.pid + "~2"
 
@@ -165,8 +176,10 @@ def test_plans_keep_the_three_modes_apart():
     assert plan_passes(MODES["sampling_pass@8"], probs, ids, cfg) == [sampling]  # reproducible
     nondet = plan_passes(MODES["nondet_proxy_pass@8"], probs, ids, cfg)
     assert len(nondet) == 8 and all(len(p) == 5 for p in nondet)
-    assert all({r.temperature for r in p} == {0.0} and {r.sample_index for r in p} == {j}
-               for j, p in enumerate(nondet))
+    assert all(
+        {r.temperature for r in p} == {0.0} and {r.sample_index for r in p} == {j}
+        for j, p in enumerate(nondet)
+    )
     orders = {tuple(r.prompt_id for r in p) for p in nondet}
     assert len(orders) > 1 and all(sorted(o) == sorted(p.pid for p in probs) for o in orders)
 
@@ -175,18 +188,30 @@ def rows_for(samples: dict[str, list[tuple[str | None, bool]]]) -> list[dict]:
     rows = []
     for pid, got in samples.items():
         for i, (answer, correct) in enumerate(got):
-            rows.append({"prompt_id": pid, "sample_index": i, "answer": answer, "correct": correct,
-                         "has_boxed": answer is not None, "boxed_in_final": answer is not None,
-                         "truncated": answer is None, "has_answer": answer is not None, "response_tokens": 10})
+            rows.append(
+                {
+                    "prompt_id": pid,
+                    "sample_index": i,
+                    "answer": answer,
+                    "correct": correct,
+                    "has_boxed": answer is not None,
+                    "boxed_in_final": answer is not None,
+                    "truncated": answer is None,
+                    "has_answer": answer is not None,
+                    "response_tokens": 10,
+                }
+            )
     return rows
 
 
 def test_sampling_metrics_on_hand_made_samples():
     probs = problems(2)
-    rows = rows_for({
-        "p0": [("0", True)] * 3 + [("9", False)] * 4 + [(None, False)],  # 3/8 correct, majority wrong
-        "p1": [("1", True)] * 5 + [("2", False)] * 3,  # 5/8 correct, majority right
-    })
+    rows = rows_for(
+        {
+            "p0": [("0", True)] * 3 + [("9", False)] * 4 + [(None, False)],  # 3/8 correct, majority wrong
+            "p1": [("1", True)] * 5 + [("2", False)] * 3,  # 5/8 correct, majority right
+        }
+    )
     m = cell_metrics(MODES["sampling_pass@8"], probs, rows, EvalConfig(n_boot=500))
     f = m["figures"]
     assert f["mean@8"]["value"] == pytest.approx((3 / 8 + 5 / 8) / 2) == f["pass@1"]["value"]
@@ -207,20 +232,6 @@ def test_nondet_metrics_and_agreement():
         cell_metrics(MODES["nondet_proxy_pass@8"], probs, rows[:-1], EvalConfig())
 
 
-def test_compare_gives_delta_and_flips():
-    probs = problems(4)
-    cfg = EvalConfig(n_boot=300)
-    base = cell_metrics(MODES["greedy_pass@1"], probs, rows_for(
-        {"p0": [("0", True)], "p1": [("1", True)], "p2": [("7", False)], "p3": [(None, False)]}), cfg)
-    new = cell_metrics(MODES["greedy_pass@1"], probs, rows_for(
-        {"p0": [("0", True)], "p1": [("4", False)], "p2": [("2", True)], "p3": [("3", True)]}), cfg)
-    base.update(model="base", dataset="d")
-    new.update(model="new", dataset="d")
-    vs = compare(new, base, cfg)
-    assert vs["delta"] == pytest.approx(0.25) and vs["fixed"] == ["p2", "p3"] and vs["broken"] == ["p1"]
-    assert vs["ci95"][0] <= 0.25 <= vs["ci95"][1]
-
-
 # ------------------------------------------------------------------------------------------------
 # Real tiny models: crash safety, bad input, end to end
 # ------------------------------------------------------------------------------------------------
@@ -235,37 +246,73 @@ def world(tmp_path_factory) -> dict:
     kwargs = chat_template_kwargs("medium", DEFAULT_CHAT_DATE)
     inputs = [build_input(q) for q in QUESTIONS]
     greedy = {}
-    for name, path in (("base", base), ("lora", resolve_model(adapter, merged_dir=root / "probe-cache",
-                                                                dtype="float32")[0])):
+    for name, path in (
+        ("base", base),
+        ("lora", resolve_model(adapter, merged_dir=root / "probe-cache", dtype="float32")[0]),
+    ):
         backend = HFBackend(path, dtype="float32", batch_size=8)
-        reqs = [Request(str(i), 0, tuple(encode_prompt(backend.tokenizer, x, **kwargs)), 0.0, 1.0, MAX_TOKENS, 0)
-                for i, x in enumerate(inputs)]
+        reqs = [
+            Request(str(i), 0, tuple(encode_prompt(backend.tokenizer, x, **kwargs)), 0.0, 1.0, MAX_TOKENS, 0)
+            for i, x in enumerate(inputs)
+        ]
         greedy[name] = [grade(c.text, "0", finished=c.finished).answer for c in backend.generate(reqs)]
     b, lo = greedy["base"], greedy["lora"]
     broken = [i for i in range(len(inputs)) if b[i] is not None and b[i].isdigit() and lo[i] != b[i]][:1]
-    fixed = [i for i in range(len(inputs)) if lo[i] is not None and lo[i].isdigit() and lo[i] != b[i]
-             and i not in broken][:2]
+    fixed = [
+        i
+        for i in range(len(inputs))
+        if lo[i] is not None and lo[i].isdigit() and lo[i] != b[i] and i not in broken
+    ][:2]
     assert len(broken) == 1 and len(fixed) == 2, f"the adapter should change some greedy answers: {greedy}"
     labels = ["100000"] * len(inputs)
     labels[broken[0]] = b[broken[0]]  # base right, lora wrong
     for i in fixed:
         labels[i] = lo[i]  # lora right, base wrong
-    dataset = write_jsonl(root / "tiny.jsonl", [{"input": x, "label": y} for x, y in zip(inputs, labels, strict=True)])
+    dataset = write_jsonl(
+        root / "tiny.jsonl", [{"input": x, "label": y} for x, y in zip(inputs, labels, strict=True)]
+    )
     solved = {m: [greedy[m][i] == labels[i] for i in range(len(inputs))] for m in greedy}
     return {"root": root, "base": base, "adapter": adapter, "dataset": dataset, "solved": solved}
 
 
 def cli_args(world: dict, run_dir: Path, *extra: str) -> list[str]:
-    return ["--model", f"base={world['base']}", "--model", f"lora={world['adapter']}",
-            "--dataset", f"tiny={world['dataset']}", "--run-dir", str(run_dir),
-            "--merged-dir", str(world["root"] / "merged"), "--merge-dtype", "float32", "--hf-dtype", "float32",
-            "--backend", "hf", "--device", "cpu", "--max-tokens", str(MAX_TOKENS), "--bootstrap", "300", *extra]
+    return [
+        "--model",
+        f"base={world['base']}",
+        "--model",
+        f"lora={world['adapter']}",
+        "--dataset",
+        f"tiny={world['dataset']}",
+        "--run-dir",
+        str(run_dir),
+        "--merged-dir",
+        str(world["root"] / "merged"),
+        "--merge-dtype",
+        "float32",
+        "--hf-dtype",
+        "float32",
+        "--backend",
+        "hf",
+        "--device",
+        "cpu",
+        "--max-tokens",
+        str(MAX_TOKENS),
+        "--bootstrap",
+        "300",
+        *extra,
+    ]
 
 
 def run_cli(args: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "eval_posthoc.py"), *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "eval_posthoc.py"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 
@@ -281,6 +328,11 @@ def samples(run_dir: Path, model: str, mode: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_end_to_end_merge_cache_modes_table_and_delta(world, tmp_path):
+    world = {
+        **world,
+        "root": tmp_path,
+        "adapter": Path(shutil.copytree(world["adapter"], tmp_path / "adapter")),
+    }
     run_dir = tmp_path / "run"
     merged = world["root"] / "merged"
     n = len(QUESTIONS)
@@ -300,13 +352,21 @@ def test_end_to_end_merge_cache_modes_table_and_delta(world, tmp_path):
     assert len(samples(run_dir, "base", "nondet_proxy_pass@8")) == 8 * n
 
     summary = json.loads((run_dir / "summary.json").read_text())
-    vs = next(c["vs_baseline"] for c in summary["cells"] if c["model"] == "lora" and c["mode"] == "greedy_pass@1")
+    vs = next(
+        c["vs_baseline"] for c in summary["cells"] if c["model"] == "lora" and c["mode"] == "greedy_pass@1"
+    )
     pids = g_base["problem_ids"]
     assert vs["delta"] == pytest.approx(exp_lora - exp_base) and vs["delta"] > 0
-    assert vs["fixed"] == [p for p, b, lo in zip(pids, world["solved"]["base"], world["solved"]["lora"], strict=True)
-                           if lo and not b]
-    assert vs["broken"] == [p for p, b, lo in zip(pids, world["solved"]["base"], world["solved"]["lora"], strict=True)
-                            if b and not lo]
+    assert vs["fixed"] == [
+        p
+        for p, b, lo in zip(pids, world["solved"]["base"], world["solved"]["lora"], strict=True)
+        if lo and not b
+    ]
+    assert vs["broken"] == [
+        p
+        for p, b, lo in zip(pids, world["solved"]["base"], world["solved"]["lora"], strict=True)
+        if b and not lo
+    ]
     assert len(vs["fixed"]) >= 2 and len(vs["broken"]) >= 1
     assert summary["models"]["base"]["boxed"] > 0.5  # the tiny model learned the format
     md = (run_dir / "results.md").read_text()
@@ -316,27 +376,26 @@ def test_end_to_end_merge_cache_modes_table_and_delta(world, tmp_path):
     assert all(mode in md for mode in MODES) and f"fixed {len(vs['fixed'])} ({', '.join(vs['fixed'])})" in md
     print(md)  # shown with -s: the sample table for the README
 
-    # 2. same command again: every cell is reused, nothing merged or generated
-    before = (run_dir / "cells" / "lora" / "tiny" / "sampling_pass@8" / "samples.jsonl").stat().st_mtime_ns
-    out = run_cli(cli_args(world, run_dir, "--mode", "all")).stdout
-    assert out.count("finished earlier, skipped") == 6 and "(merged)" not in out and "(cache hit)" not in out
-    assert (run_dir / "cells" / "lora" / "tiny" / "sampling_pass@8" / "samples.jsonl").stat().st_mtime_ns == before
-
-    # 3. --force: the merged model is a cache hit, greedy output is reproduced exactly
+    # 2. --force: the merged model is a cache hit, greedy output is reproduced exactly
     out = run_cli(cli_args(world, run_dir, "--force")).stdout
     assert "(cache hit)" in out and len(list(merged.iterdir())) == 1
     assert cell(run_dir, "lora", "greedy_pass@1")["solved"] == g_lora["solved"]
 
-    # 4. the adapter changes in place: cache miss, new merged model, the stale cell is re-run without --force
+    # 3. the adapter changes in place: cache miss, new merged model, the stale lora cell is re-run without
+    # --force while the finished base cell is reused untouched
+    base_samples = run_dir / "cells" / "base" / "tiny" / "greedy_pass@1" / "samples.jsonl"
+    before = base_samples.stat().st_mtime_ns
     fabricate_lora_adapter(world["base"], world["adapter"], seed=11, scale=0.3)
     out = run_cli(cli_args(world, run_dir)).stdout
-    assert "model changed since the finished cell; re-running" in out and "(merged)" in out
-    assert len(list(merged.iterdir())) == 2
+    assert (
+        "[greedy_pass@1] lora on tiny: settings or model changed since the finished cell; re-running" in out
+    )
+    assert "[greedy_pass@1] base on tiny: finished earlier, skipped" in out and "(merged)" in out
+    assert base_samples.stat().st_mtime_ns == before and len(list(merged.iterdir())) == 2
 
 
 def test_crash_mid_run_loses_no_finished_cell(world, tmp_path):
-    cfg = EvalConfig(max_new_tokens=8, backend="hf", n_boot=100,
-                     template_kwargs=chat_template_kwargs("medium", DEFAULT_CHAT_DATE))
+    cfg = EvalConfig(max_new_tokens=8, backend="hf", n_boot=100)
     calls = {"n": 0}
 
     def crashing_backend(model_dir):
@@ -361,16 +420,32 @@ def test_crash_mid_run_loses_no_finished_cell(world, tmp_path):
     cells = tmp_path / "run" / "cells" / "base" / "tiny"
     assert (cells / "greedy_pass@1" / "cell.json").is_file()
     assert not (cells / "sampling_pass@8").exists()
-    summary = run_evaluation(models, [f"tiny={world['dataset']}"], modes,
-                             backend_factory=lambda d: HFBackend(d, dtype="float32"), **kw)
+    summary = run_evaluation(
+        models,
+        [f"tiny={world['dataset']}"],
+        modes,
+        backend_factory=lambda d: HFBackend(d, dtype="float32"),
+        **kw,
+    )
     assert any("[greedy_pass@1] base on tiny: finished earlier, skipped" in line for line in logs)
     assert [c["mode"] for c in summary["cells"]] == modes
 
 
 def test_bad_input_exits_2_and_names_it(world, tmp_path, capsys):
     def run(*extra: str, model: str | None = None) -> str:
-        args = ["--model", model or f"lora={world['adapter']}", "--dataset", f"tiny={world['dataset']}",
-                "--run-dir", str(tmp_path / "run"), "--merged-dir", str(tmp_path / "m"), "--backend", "hf", *extra]
+        args = [
+            "--model",
+            model or f"lora={world['adapter']}",
+            "--dataset",
+            f"tiny={world['dataset']}",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--merged-dir",
+            str(tmp_path / "m"),
+            "--backend",
+            "hf",
+            *extra,
+        ]
         assert eval_posthoc.main(args) == 2
         return capsys.readouterr().err
 
@@ -390,7 +465,9 @@ def test_bad_input_exits_2_and_names_it(world, tmp_path, capsys):
     err = run(model=f"lora={lost}")
     assert "'/mnt/nowhere/gpt-oss-20b'" in err and "not found" in err and "--base" in err
 
-    bad = write_jsonl(tmp_path / "nolabel.jsonl", [{"input": "What is 1+1?", "label": "2"}, {"input": "2+2?"}])
+    bad = write_jsonl(
+        tmp_path / "nolabel.jsonl", [{"input": "What is 1+1?", "label": "2"}, {"input": "2+2?"}]
+    )
     err = run("--dataset", f"bad={bad}")
     assert f"{bad}:2: row has no 'label'" in err
     assert "--chat-date 'yesterday'" in run("--chat-date", "yesterday")
@@ -405,6 +482,18 @@ def test_help_documents_every_flag():
     for action in flags:
         assert action.help and len(action.help) > 15, action.option_strings
     text = parser.format_help()
-    for needed in ("--model", "--baseline", "--dataset", "--mode", "--force", "--base", "--merged-dir",
-                   "--tensor-parallel-size", "--reasoning-effort", "--chat-date", "--max-tokens", "--backend"):
+    for needed in (
+        "--model",
+        "--baseline",
+        "--dataset",
+        "--mode",
+        "--force",
+        "--base",
+        "--merged-dir",
+        "--tensor-parallel-size",
+        "--reasoning-effort",
+        "--chat-date",
+        "--max-tokens",
+        "--backend",
+    ):
         assert needed in text

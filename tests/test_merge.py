@@ -12,6 +12,7 @@ from tiny_model import build_tiny_model, fabricate_lora_adapter
 
 from rft import merge
 from rft.merge import MergeError, base_load_kwargs, resolve_base, resolve_model
+from rft.mxfp4 import quant_method
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,9 @@ def test_merged_logits_equal_base_plus_adapter(tiny, tmp_path):
     merged_dir, record = resolve_model(adapter, merged_dir=tmp_path / "cache", dtype="float32")
     assert record["kind"] == "adapter" and record["cache_hit"] is False
     ids = torch.tensor([[5, 17, 42, 99, 3, 150, 7, 64]])
-    with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter)
+    with_adapter = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter
+    )
     merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32)
     plain = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     expected, got = logits(with_adapter.eval(), ids), logits(merged.eval(), ids)
@@ -52,12 +55,20 @@ def test_merged_logits_equal_base_plus_adapter(tiny, tmp_path):
 def test_merged_dir_carries_tokenizer_generation_config_and_manifest(tiny, tmp_path):
     base, adapter = tiny
     merged_dir, record = resolve_model(adapter, merged_dir=tmp_path, dtype="float32")
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json", merge.MANIFEST):
+    for name in (
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "config.json",
+        merge.MANIFEST,
+    ):
         assert (merged_dir / name).is_file(), name
-    assert (merged_dir / "generation_config.json").read_bytes() == (base / "generation_config.json").read_bytes()
+    assert (merged_dir / "generation_config.json").read_bytes() == (
+        base / "generation_config.json"
+    ).read_bytes()
     manifest = json.loads((merged_dir / merge.MANIFEST).read_text())
     assert manifest["adapter_sha256"] == merge.adapter_hash(adapter) == record["adapter_sha256"]
-    assert merge.quantization_method(merged_dir) is None
+    assert quant_method(merged_dir) is None
     assert merged_dir.name == record["merge_key"][:24]
 
 
@@ -100,7 +111,9 @@ def test_missing_adapter_weights_is_named(tiny, tmp_path):
     _, adapter = tiny
     broken = copy_adapter(adapter, tmp_path / "broken")
     (broken / "adapter_model.safetensors").unlink()
-    with pytest.raises(MergeError, match=r"broken: LoRA adapter has no weights file.*adapter_model\.safetensors"):
+    with pytest.raises(
+        MergeError, match=r"broken: LoRA adapter has no weights file.*adapter_model\.safetensors"
+    ):
         resolve_model(broken, merged_dir=tmp_path / "cache")
 
 
@@ -147,6 +160,45 @@ def test_mxfp4_base_is_dequantized_or_refused(tmp_path):
     assert "quantization_config" not in base_load_kwargs(plain, "float32", dequantize=False)
 
 
+def test_mxfp4_base_is_dequantized_then_merged(tmp_path):
+    """A real tiny MXFP4 gpt-oss checkpoint: experts come out exactly dequantized, the LoRA delta is added."""
+    from mxfp4_fixtures import build_mxfp4_checkpoint
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = tmp_path / "gpt-oss-mxfp4"
+    expected = build_mxfp4_checkpoint(base)
+    dequantized = AutoModelForCausalLM.from_pretrained(base, **base_load_kwargs(base, "bfloat16", True))
+    peft_model = get_peft_model(
+        dequantized, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    )
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=gen).to(p.dtype) * 0.1)
+    delta = {  # the adapter's weight delta per target module, in float32
+        n.removeprefix("base_model.model.").removesuffix(".base_layer") + ".weight": m.get_delta_weight(
+            "default"
+        ).float()
+        for n, m in peft_model.named_modules()
+        if hasattr(m, "get_delta_weight") and "default" in getattr(m, "lora_A", {})
+    }
+    peft_model.save_pretrained(tmp_path / "adapter")
+    with pytest.raises(MergeError, match="MXFP4-quantized and --no-dequantize"):
+        resolve_model(tmp_path / "adapter", merged_dir=tmp_path / "cache", dequantize=False)
+    merged_dir, record = resolve_model(tmp_path / "adapter", merged_dir=tmp_path / "cache", dtype="bfloat16")
+    assert quant_method(merged_dir) is None and record["base"] == str(base.resolve())
+    got = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.bfloat16).state_dict()
+    assert delta and all(k in expected for k in delta)
+    for key, value in expected.items():
+        if key in delta:  # base + B@A*scale, rounded once to bf16
+            torch.testing.assert_close(got[key].float(), value.float() + delta[key], atol=2e-2, rtol=1e-2)
+            assert not torch.equal(got[key], value)
+        else:  # experts (dequantized MXFP4) and everything else: bit-exact
+            assert torch.equal(got[key], value), key
+
+
 def test_mxfp4_refusal_happens_before_any_merge_work(tiny, tmp_path):
     base, adapter = tiny
     mx_base = tmp_path / "mx-base"
@@ -172,3 +224,17 @@ def test_default_merged_dir_from_env(monkeypatch):
     assert merge.default_merged_dir() == Path("/somewhere/merged")
     monkeypatch.delenv("RFT_MERGED_DIR")
     assert merge.default_merged_dir() == Path(merge.DEFAULT_MERGED_DIR)
+
+
+def test_model_identity_is_cheap_and_tracks_adapter_content(tiny, tmp_path):
+    base, adapter = tiny
+    mine = copy_adapter(adapter, tmp_path / "adapter")
+    first = merge.model_identity(mine)
+    assert first == merge.model_identity(mine) and first["base"] == str(base.resolve())
+    fabricate_lora_adapter(base, mine, seed=5)
+    assert merge.model_identity(mine)["adapter_sha256"] != first["adapter_sha256"]
+    full = merge.model_identity(base)
+    assert full["model_dir"] == str(base.resolve()) and full["weights"][0][0] == "model.safetensors"
+    assert not (tmp_path / "cache").exists()  # identity never merges
+    with pytest.raises(MergeError, match="does not exist"):
+        merge.model_identity(tmp_path / "nope")

@@ -123,14 +123,18 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, vocab_size: int = 200, 
     return out
 
 
-def fabricate_lora_adapter(base_dir: str | Path, out_dir: str | Path, seed: int = 1, scale: float = 0.5) -> Path:
+def fabricate_lora_adapter(
+    base_dir: str | Path, out_dir: str | Path, seed: int = 1, scale: float = 0.5
+) -> Path:
     """Save a real PEFT LoRA adapter for the tiny model with non-zero A and B (so it changes outputs)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj", "up_proj"], lora_dropout=0.0)
+    cfg = LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj", "up_proj"], lora_dropout=0.0
+    )
     peft_model = get_peft_model(base, cfg)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
