@@ -8,7 +8,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 SH_FILES = $(shell git ls-files '*.sh' .ci/run 2>/dev/null)
 
 TRAIN_VENV ?= .venv-train
-TRAIN_SCRIPT ?= train_grpo_20b.sh
+TRAIN_SCRIPT ?= train_grpo_20b_a28a.sh
 
 .PHONY: test venv lint bench clean train
 
