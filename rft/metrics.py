@@ -33,6 +33,8 @@ from typing import Any
 import torch
 
 from rft.io import atomic_write_jsonl
+from rft.loss_diag import DIAG_KEYS
+from rft.reward import EXTRA_LOG_KEYS
 
 METRICS_FILE = "training_metrics.jsonl"
 SPIKE_FILE = "spike_log.jsonl"
@@ -66,12 +68,7 @@ KNOWN_KEYS = (
     "values",
     "critic_lr",
     # rft: reward function extra_logs (rft.reward) and sanitising counters (rft.robust_rewards)
-    "correctness",
-    "has_boxed",
-    "has_answer",
-    "parse_method",
-    "boxed_in_final",
-    "truncated_response",
+    *EXTRA_LOG_KEYS,
     "reward_defaulted",
     "extra_logs_defaulted",
     # rft: batch reward distribution (rft.robust_rewards.batch_reward_stats)
@@ -82,13 +79,7 @@ KNOWN_KEYS = (
     "reward_p90",
     "reward_high_but_wrong",
     # rft: loss diagnostics (rft.loss_diag) and the optimizer's grad norm
-    "logratio_raw_max",
-    "logratio_max",
-    "logratio_min",
-    "ratio_max",
-    "logratio_abs_p99",
-    "logratio_tokens",
-    "logratio_clamped_frac",
+    *DIAG_KEYS,
     "grad_norm",
     "grad_norm_steps",
     # rft: LoRA weight sync into vLLM
