@@ -6,4 +6,9 @@ export RUN_NAME="${RUN_NAME:-gpt-oss-20b-grpo-a28a}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # The seed-42 400-prompt subset written by prepare_sft_data.py.
 export PROMPT_DATA="${PROMPT_DATA:-${DATA_DIR:-$HERE/data}/sft_rl_pool_400.jsonl}"
-exec bash "$HERE/train_grpo_20b.sh" --eps_clip 0.2 --num_episodes 1 "$@"
+ARGS=(
+    --eps_clip 0.2
+    # 400 prompts x 8 samples // 16 per optimizer step = 200 scheduler steps in one episode.
+    --num_episodes 1
+)
+exec bash "$HERE/train_grpo_20b.sh" "${ARGS[@]}" "$@"

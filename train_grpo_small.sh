@@ -88,7 +88,12 @@ ARGS=(
 )
 if [[ "$EVAL_STEPS" != -1 ]]; then
     # Greedy pass@1 on the held-out set.
-    ARGS+=(--eval_dataset "$EVAL_DATA" --eval_steps "$EVAL_STEPS" --eval_temperature 0.0 --eval_n_samples_per_prompt 1)
+    ARGS+=(
+        --eval_dataset "$EVAL_DATA"
+        --eval_steps "$EVAL_STEPS"
+        --eval_temperature 0.0
+        --eval_n_samples_per_prompt 1
+    )
 fi
 
 rft_switch APPLY_CHAT_TEMPLATE 1 --apply_chat_template

@@ -103,7 +103,11 @@ def last_box(text: str) -> Box | None:
 # "answer" first (a fast literal scan), then "final"/"the" checked just before it.
 _PHRASE = re.compile(r"(?:[Aa]nswer|ANSWER)[ \t]*(?:\*\*|__)?[ \t]*(?:is\b|IS\b|Is\b|:|=)[ \t]*(?:\*\*|__)?[ \t]*:?\s*")
 _PHRASE_LEAD = re.compile(r"(?:final|the)\s+(?:\*\*|__)?$", re.IGNORECASE)
-_GSM8K = re.compile(r"####[ \t]*([^\n]+)")
+# `#### 72` (optionally `$`, lower-case unit words, a full stop) ending its line; a Markdown heading
+# such as `#### Step 2: ...` or `#### 1. Setup` is not a GSM8K answer.
+_GSM8K = re.compile(
+    r"####[ \t]*(?:\$[ \t]*)?(-?\d+(?:,\d{3})*(?:\.\d+)?)%?(?:[ \t]+[a-z$]+)*[ \t]*(?:\.[ \t]*)?$", re.M
+)
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 _LEADING_NUMBER = re.compile(r"-?\$?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?%?(?=\s|$|[.,;!?)])")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|[;\n]|\s(?:because|since|which|as|so|and|but)\s", re.IGNORECASE)
@@ -146,6 +150,11 @@ def _phrase_lead(text: str, m: re.Match) -> bool:
     return _PHRASE_LEAD.search(text, max(0, m.start() - 24), m.start()) is not None
 
 
+def _at_line_end(text: str, m: re.Match) -> bool:
+    """The match ends its line in the full text (a search bounded by `endpos` may stop mid-line)."""
+    return m.end() == len(text) or text[m.end()] == "\n"
+
+
 def extract_answer(text: str, *, fallbacks: bool = True) -> Extraction:
     """Extract the final answer from a response (already isolated from the prompt).
 
@@ -160,12 +169,9 @@ def extract_answer(text: str, *, fallbacks: bool = True) -> Extraction:
         cand = _phrase_candidate(text[m.end() :])
         if cand:
             return Extraction(cand[:MAX_ANSWER_CHARS], "phrase")
-    m = _last_match(_GSM8K, text)
+    m = _last_match(_GSM8K, text, _at_line_end)
     if m is not None:
-        num = _NUMBER.search(m.group(1))
-        cand = num.group(0) if num else m.group(1).strip()
-        if cand:
-            return Extraction(cand, "gsm8k")
+        return Extraction(m.group(1), "gsm8k")
     m = _last_match(_NUMBER, text)
     if m is not None:
         return Extraction(m.group(0), "last_number")

@@ -12,7 +12,7 @@ from pathlib import Path
 from rft.io import atomic_write_json, atomic_write_text
 from rft.passk import paired_bootstrap_ci
 
-SFT_BOXED_THRESHOLD = 0.95  # the playbook: SFT only when the final-answer \boxed{} rate is below 95%
+SFT_BOXED_THRESHOLD = 0.95  # the playbook: SFT only when the \boxed{} rate is below 95%
 
 
 def pct(x: float) -> str:
@@ -79,7 +79,7 @@ def summarize(cells: Sequence[dict], baseline: str, *, settings: dict, n_boot: i
         m: dict = {"basis": sorted({c["mode"] for c in basis}), "samples": n}
         for k in ("boxed", "boxed_in_final", "truncated"):
             m[k] = sum(c["rates"][k] * c["n_samples"] for c in basis) / n
-        m["sft_needed"] = m["boxed_in_final"] < SFT_BOXED_THRESHOLD
+        m["sft_needed"] = m["boxed"] < SFT_BOXED_THRESHOLD
         per_model[name] = m
     return {
         "baseline": baseline,
@@ -155,7 +155,7 @@ def markdown_report(summary: dict, title: str) -> str:
             )
     lines += [
         "",
-        "Format check (greedy_pass@1 samples where run, else all; SFT only if final-answer \\boxed{} rate "
+        "Format check (greedy_pass@1 samples where run, else all; SFT only if the \\boxed{} rate "
         f"< {pct(SFT_BOXED_THRESHOLD)}):",
         "",
         "| model | samples | boxed | boxed in final answer | truncated | SFT verdict |",

@@ -456,6 +456,22 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
+def chat_date(now: datetime.datetime | None = None) -> tuple[str, str | None]:
+    """The date gpt-oss's chat template writes into every training prompt, and a warning near midnight.
+
+    OpenRLHF 0.9.3 renders the training prompts once, minutes after launch, with no template kwargs, so the
+    template's strftime_now takes the trainer's local date; eval_posthoc.py needs it as --chat-date.
+    """
+    now = now or datetime.datetime.now()
+    date = now.strftime("%Y-%m-%d")
+    if now.hour == 23 and now.minute >= 30:
+        return date, (
+            f"launched at {now:%H:%M} local time: prompts rendered after midnight carry the next day's date; "
+            "check the date in the first samples_step file before using chat_date"
+        )
+    return date, None
+
+
 def write_run_record(record_dir: Path, record: dict) -> Path:
     """Atomically write run_record_<UTC time>.json into `record_dir`."""
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -596,12 +612,21 @@ def main(argv: list[str] | None = None) -> int:
             rep.notes.append(f"git: clean at {state.sha[:12]} on {state.branch}; tag {state.tag}")
     env_lines = [f"{k}={os.environ[k]}" for k in LOG_ENV if os.environ.get(k)]
 
+    date, date_warning = chat_date()
+    if date_warning:
+        rep.warnings.append(f"chat date: {date_warning}")
+    date_line = (
+        f"chat_date {date} (gpt-oss's chat template writes it into every training prompt; "
+        f"evaluate with eval_posthoc.py --chat-date {date})"
+    )
+
     if dry_run:
         print(command)
         print(f"# checks for profile {profile.name} (dry run):", file=sys.stderr)
         for e in env_lines:
             print(f"  env   {e}", file=sys.stderr)
         print(rep.render(), file=sys.stderr)
+        print(f"  note  {date_line}, if launched now", file=sys.stderr)
         if "lr_preflight" in facts:
             print("# LR schedule:\n" + facts["lr_preflight"], file=sys.stderr)
         if rep.errors:
@@ -640,6 +665,8 @@ def main(argv: list[str] | None = None) -> int:
         "env": dict(e.split("=", 1) for e in env_lines),
         "host": socket.gethostname(),
         "started_utc": datetime.datetime.now(datetime.UTC).isoformat(),
+        "started_local": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "chat_date": date,  # eval_posthoc.py --chat-date: the date rendered into the training prompts
         "lr_preflight": facts.get("lr_preflight"),
     }
     path = write_run_record(record_dir, record)
@@ -647,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
         f"tag {state.tag} {'created' if created else 'already at HEAD (relaunch)'}; run record {path}",
         file=sys.stderr,
     )
+    print(date_line, file=sys.stderr)
     print(command, flush=True)
     if os.environ.get("RFT_LAUNCH_NO_EXEC") == "1":  # tests of the workflow stop here
         return 0

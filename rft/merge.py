@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -85,9 +86,14 @@ def resolve_base(adapter_dir: str | os.PathLike, base: str | None = None) -> Pat
 
 
 def adapter_hash(adapter_dir: str | os.PathLike) -> str:
-    """SHA-256 over the adapter's config and weight bytes (what decides the merge result)."""
+    """SHA-256 over every file at the adapter dir's top level: config, weights and a saved tokenizer.
+
+    A tokenizer saved with the adapter travels into the merged model (`tokenizer_source`), so it is part
+    of what decides the merge result.
+    """
+    adapter_weights_file(adapter_dir)  # no weights: a clear error, not a hash of an incomplete adapter
     h = hashlib.sha256()
-    for path in (Path(adapter_dir) / ADAPTER_CONFIG, adapter_weights_file(adapter_dir)):
+    for path in sorted(p for p in Path(adapter_dir).iterdir() if p.is_file()):
         h.update(f"{path.name}:{sha256_file(path)}\n".encode())
     return h.hexdigest()
 
@@ -159,6 +165,41 @@ def merge_into(adapter_dir: Path, base_dir: Path, out_dir: Path, dtype: str, deq
         raise MergeError(f"{out_dir}: merged config still declares quantization; refusing to publish it")
 
 
+TMP_PREFIX = ".tmp-"
+
+
+def tmp_merge_dir(cache: Path, key: str) -> Path:
+    """A fresh temporary merge dir in `cache`, named for its key, pid, time and host (see sweep_stale_merges)."""
+    return cache / f"{TMP_PREFIX}{key[:24]}-{os.getpid()}-{time.time_ns()}-{socket.gethostname()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_merges(cache: Path) -> list[Path]:
+    """Delete temporary merge dirs left by merges on this host whose process is gone; returns them.
+
+    A killed merge (OOM, Ctrl-C, node reboot) cannot clean up after itself, and each one can hold a full
+    bf16 model (~40 GB for 20b, ~230 GB for 120b). Dirs of live processes or other hosts are left alone.
+    """
+    removed = []
+    for d in cache.glob(f"{TMP_PREFIX}*"):
+        parts = d.name[len(TMP_PREFIX) :].split("-", 3)
+        if len(parts) != 4 or not parts[1].isdigit() or parts[3] != socket.gethostname():
+            continue
+        if not _pid_alive(int(parts[1])):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 def check_model_path(path: str | os.PathLike) -> Path:
     """`path` as a Path if it is a model directory or a LoRA adapter directory; else MergeError naming it."""
     src = Path(path).expanduser()
@@ -214,7 +255,8 @@ def resolve_model(
     if (final / MANIFEST).is_file():
         return final, {**record, "cache_hit": True}
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = cache / f".tmp-{key[:24]}-{os.getpid()}-{time.time_ns()}"
+    sweep_stale_merges(cache)
+    tmp = tmp_merge_dir(cache, key)
     try:
         merge_into(src.resolve(), base_dir, tmp, dtype, dequantize)
         atomic_write_json(tmp / MANIFEST, {**record, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})

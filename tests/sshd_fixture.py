@@ -48,8 +48,14 @@ class SshServer:
 
     @property
     def client_options(self) -> list[str]:
-        """ssh options for a throwaway host key (no known_hosts, no prompts, no banner noise)."""
+        """ssh options for a throwaway host key (no known_hosts, no prompts, no banner noise).
+
+        `-F /dev/null` ignores ~/.ssh/config and /etc/ssh/ssh_config, so no Host alias, ProxyJump or GSSAPI
+        setting there can send a test anywhere but 127.0.0.1.
+        """
         return [
+            "-F",
+            "/dev/null",
             "-o",
             "StrictHostKeyChecking=no",
             "-o",

@@ -46,6 +46,19 @@ EXTRACTION = [
     ("half is 1/2", "1/2", "last_number"),
     ("no digits at all", None, "none"),
     ("", None, "none"),
+    # must-not: what only looks like a box, a phrase or a GSM8K line
+    ("\\boxed", None, "none"),
+    ("\\boxed\n5 and then 7", "7", "last_number"),
+    ("see \\fboxsep 4 then 8", "8", "last_number"),
+    ("use \\boxed{} for the result: 9", "9", "last_number"),
+    ("What is the answer? 3 + 4 = 7", "7", "last_number"),
+    ("My answer is 5, no wait, 6", "6", "last_number"),
+    ("#### Step 2: add the pens\nThe total is 15 pens.", "15", "last_number"),
+    ("#### 1. Setting up\n2 + 2 = 4", "4", "last_number"),
+    ("#### 72 apples", "72", "gsm8k"),
+    ("#### 72.\nDone.", "72", "gsm8k"),
+    ("####-5", "-5", "gsm8k"),
+    ("#### 5" + " " * 50_000 + "x", "5", "last_number"),
 ]
 
 
@@ -175,6 +188,46 @@ def test_evaluator_floats() -> None:
     assert latex_value("2\\pi") == pytest.approx(6.283185307179586)
     assert latex_value("\\frac{\\sqrt{3}}{2}") == pytest.approx(0.8660254037844386)
     assert latex_value("-\\infty") == float("-inf")
+
+
+# Issue 2, reward item 4, bullet by bullet: (bullet, [(pred, gold) that must match], [(pred, gold) that must not]).
+NORMALIZATION_BULLETS = [
+    ("enclosing $..$ / \\(..\\)", [("$42$", "42"), ("\\(42\\)", "42"), ("\\[\\frac{1}{2}\\]", "0.5")],
+     [("$42$", "4"), ("\\(42\\)", "24")]),
+    ("trailing periods", [("42.", "42"), ("\\frac{1}{2}.", "0.5")], [("42.5", "42"), ("4.2", "42")]),
+    ("text/textbf/mathrm/mathbf wrappers",
+     [("\\text{42}", "42"), ("\\textbf{42}", "42"), ("\\mathrm{42}", "42"), ("\\mathbf{42}", "42")],
+     [("\\text{43}", "42"), ("\\textbf{7}", "1"), ("\\mathrm{4}2", "4")]),
+    ("dfrac/tfrac -> frac", [("\\dfrac{1}{2}", "\\frac{1}{2}"), ("\\tfrac{3}{4}", "0.75")],
+     [("\\dfrac{2}{1}", "\\frac{1}{2}"), ("\\tfrac{1}{3}", "0.3")]),
+    ("whitespace", [(" 42 ", "42"), ("2 \\pi", "2\\pi")], [("1 2", "1,2"), ("\\pi r", "\\pi")]),
+    ("thousands commas", [("1,000", "1000"), ("12,345,678", "12345678")],
+     [("5,7", "57"), ("1,2", "12"), ("1,000", "1"), ("1,00", "100")]),
+    ("leading zeros", [("042", "42"), ("007", "7"), ("00", "0")], [("0.42", "42"), ("042", "0.42"), ("0", "10")]),
+    ("left/right", [("\\left(1,2\\right)", "(1,2)"), ("\\left[0,1\\right)", "[0,1)")],
+     [("\\left(1,2\\right)", "\\left[1,2\\right]"), ("\\left(1,2\\right)", "(2,1)")]),
+    ("degree signs", [("30^\\circ", "30"), ("30^{\\circ}", "30"), ("30\u00b0", "30")],
+     [("30^\\circ", "60"), ("30^2", "30"), ("30^{\\circ}", "3")]),
+    ("percent", [("50\\%", "50"), ("50%", "50")], [("50\\%", "0.5"), ("50\\%", "5")]),
+    ("dollar signs", [("\\$18", "18"), ("\\$1,800", "1800")], [("\\$18", "1.8"), ("\\$1,800", "18")]),
+    ("x = 5 -> 5", [("x = 5", "5"), ("x=\\frac{1}{2}", "0.5"), ("n = 7", "n=7")],
+     [("x = 5", "x = 6"), ("x = 5", "-5"), ("x \\le 5", "5"), ("x > 5", "5")]),
+    ("unicode minus", [("\u22125", "-5"), ("\u2212 5", "-5")], [("\u22125", "5"), ("\u2212 5", "5")]),
+    ("1\\,000", [("1\\,000", "1000"), ("1{,}000", "1000")], [("1\\,000", "1"), ("1\\,000", "(1,0)")]),
+    ("relative numeric tolerance",
+     [("\\frac{\\pi}{10^{7}}", "10^{-7}\\pi"), ("2\\sqrt{2}", "\\sqrt{8}"), ("1e-7", "1e-7")],
+     [("10^{-7}\\pi", "2\\cdot10^{-7}\\pi"), ("\\frac{\\pi}{2^{99}}", "\\frac{\\pi}{2^{98}}"),
+      ("0.0000001", "0.0000002"), ("1000000000001", "1000000000000"), ("\\sqrt{2}", "1.41"), ("0", "1e-300")]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("bullet", "pred", "gold", "equal"),
+    [(b, p, g, True) for b, yes, _ in NORMALIZATION_BULLETS for p, g in yes]
+    + [(b, p, g, False) for b, _, no in NORMALIZATION_BULLETS for p, g in no],
+)
+def test_normalization_bullets(bullet: str, pred: str, gold: str, equal: bool) -> None:
+    assert answers_equal(pred, gold) is equal, bullet
 
 
 def test_relative_tolerance() -> None:

@@ -20,6 +20,7 @@ from rft.data_verify import verify
 from rft.integer_answer import gsm8k_final_answer, parse_integer_answer
 from rft.io import read_jsonl, sha256_file
 from rft.problems import problem_hash
+from rft.prompts import strip_instruction
 from rft.solutions import last_boxed_content, sft_output
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,6 +135,23 @@ def test_each_stage_removes_the_planted_rows(run, inputs):
         rows_in -= s["removed"]
     overlap = next(s for s in report["stages"] if s["key"] == "eval_overlap")
     assert all("eval input (source=" in e["detail"] for e in overlap["examples"])
+
+
+def test_dedup_keeps_the_first_occurrence(run):
+    """Duplicates differing in case/whitespace come after their originals: only original texts are written."""
+    from data_fixtures import _good_problem, numina_rows
+
+    rows = numina_rows()[0]
+    revived = rows[-1]["problem"]  # the last fixture row survives dedup (its twin was removed at stage 4)
+    originals = {_good_problem(i) for i in range(126)} | {revived}
+    duplicated = {problem_hash(_good_problem(i)) for i in range(8)}
+    written = [
+        strip_instruction(r["input"])
+        for name in ("sft_rl_pool.jsonl", "sft_train.jsonl", "sft_dev.jsonl")
+        for r in read_jsonl(run / name)
+    ]
+    assert set(written) <= originals
+    assert duplicated & {problem_hash(p) for p in written}  # some deduplicated problem was written
 
 
 def test_files_have_the_requested_sizes_keys_and_datasources(run):

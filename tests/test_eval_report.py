@@ -16,7 +16,11 @@ SETTINGS = {
 
 
 def greedy_cell(
-    model: str, solved: list[bool], boxed_in_final: float = 1.0, mode: str = "greedy_pass@1"
+    model: str,
+    solved: list[bool],
+    boxed: float = 1.0,
+    mode: str = "greedy_pass@1",
+    boxed_in_final: float | None = None,
 ) -> dict:
     """A finished greedy cell as evaluation writes it (hand-made)."""
     n = len(solved)
@@ -32,8 +36,8 @@ def greedy_cell(
         "solved": solved,
         "figures": {"pass@1": {"value": sum(per) / n, "ci95": [0.0, 1.0], "per_problem": per}},
         "rates": {
-            "boxed": boxed_in_final,
-            "boxed_in_final": boxed_in_final,
+            "boxed": boxed,
+            "boxed_in_final": boxed if boxed_in_final is None else boxed_in_final,
             "truncated": 0.1,
             "no_answer": 0.0,
             "response_tokens_mean": 10.0,
@@ -57,11 +61,9 @@ def test_compare_gives_delta_ci_and_flips():
 
 def test_sft_verdict_uses_greedy_cells_and_the_95_percent_line():
     cells = [
-        greedy_cell("base", [True, False], boxed_in_final=0.96),
-        greedy_cell(
-            "base", [True, True], boxed_in_final=0.5, mode="sampling_pass@8"
-        ),  # ignored: greedy exists
-        greedy_cell("new", [True, True], boxed_in_final=0.94),
+        greedy_cell("base", [True, False], boxed=0.96, boxed_in_final=0.5),  # boxed early: still boxed
+        greedy_cell("base", [True, True], boxed=0.5, mode="sampling_pass@8"),  # ignored: greedy exists
+        greedy_cell("new", [True, True], boxed=0.94, boxed_in_final=0.94),
     ]
     s = summarize(cells, "base", settings=SETTINGS, n_boot=100, seed=0)
     assert s["models"]["base"]["sft_needed"] is False and s["models"]["base"]["basis"] == ["greedy_pass@1"]

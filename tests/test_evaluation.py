@@ -370,6 +370,15 @@ def test_end_to_end_merge_cache_modes_table_and_delta(world, tmp_path):
     assert len(vs["fixed"]) >= 2 and len(vs["broken"]) >= 1
     assert summary["models"]["base"]["boxed"] > 0.5  # the tiny model learned the format
     md = (run_dir / "results.md").read_text()
+    for model in ("base", "lora"):  # format rates and the SFT verdict come from the greedy samples
+        greedy_rows = samples(run_dir, model, "greedy_pass@1")
+        boxed = sum(r["has_boxed"] for r in greedy_rows) / n
+        m = summary["models"][model]
+        assert m["boxed"] == pytest.approx(boxed) and m["sft_needed"] == (boxed < 0.95)
+        assert m["truncated"] == pytest.approx(sum(r["truncated"] for r in greedy_rows) / n)
+        verdict = "SFT needed" if boxed < 0.95 else "no SFT needed"
+        (row,) = [r for r in md.split("Format check")[1].splitlines() if r.startswith(f"| {model} | {n} |")]
+        assert row.startswith(f"| {model} | {n} | {100 * boxed:.1f}% |") and row.endswith(f"| {verdict} |")
     delta_pp = f"{100 * (exp_lora - exp_base):+.1f} pp"
     assert f"| lora | tiny (8; 12.5 pp) | greedy_pass@1 | pass@1 {100 * exp_lora:.1f}% [" in md
     assert f"| {delta_pp} [" in md and "Δ vs base" in md and "SFT" in md

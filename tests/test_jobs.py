@@ -66,6 +66,17 @@ def test_exit_statuses_of_succeeding_and_failing_jobs(runner):
     assert [j.name for j in runner.list()] == ["ok", "bad"]
 
 
+def test_fast_failing_first_job_keeps_its_pane_from_the_server_config(runner):
+    """The first job starts the server: only rft/spare_tmux.conf can have set remain-on-exit by then."""
+    assert not runner.server.is_alive()
+    runner.start("instant", ["/bin/false"])
+    info = runner.wait("instant", timeout=20)
+    assert (info.state, info.exit_code) == ("exited", 1)
+    session = runner.server.sessions.get(session_name="instant")
+    assert session is not None, "the dead job's session vanished: remain-on-exit was not on at start"
+    assert session.active_pane.pane_dead == "1" and session.active_pane.pane_dead_status == "1"
+
+
 def test_wrapper_records_the_commands_status_not_tees(tmp_path):
     """tee fails writing to /dev/full; the status file still says what the command returned."""
     for argv, want in ((["echo", "hi"], 0), (["sh", "-c", "echo hi; exit 5"], 5)):

@@ -3,6 +3,7 @@ placement rules, and the attempt git workflow on a temporary repository."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -67,6 +68,41 @@ def script_env(patched_root: Path, data_dir: Path, tmp_path: Path, **extra: str)
     return env
 
 
+def recipe_20b(data_dir: Path) -> dict:
+    """Issue 4's attempt-26 recipe for gpt-oss-20b, value by value (attempt scripts and 120b change a few)."""
+    return dict(
+        vllm_num_engines=2, vllm_tensor_parallel_size=2, vllm_gpu_memory_utilization=0.85,
+        actor_num_nodes=1, actor_num_gpus_per_node=4, colocate_actor_ref=True, zero_stage=3, offload=False,
+        adam_offload=False, lora_rank=32, lora_alpha=64, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        advantage_estimator="dr_grpo", remote_rm_url=[str(ROOT / "reward_func_em.py")], actor_learning_rate=5e-7,
+        init_kl_coef=0.001, n_samples_per_prompt=8, rollout_batch_size=16, train_batch_size=16,
+        micro_rollout_batch_size=1, micro_train_batch_size=1, eps_clip=0.2, generate_max_len=4096,
+        prompt_max_len=1024, lr_warmup_ratio=0.05, num_episodes=20, gradient_checkpointing=True, param_dtype="bf16",
+        entropy_loss_coef=0.0, max_ckpt_num=3, disable_ds_ckpt=True, save_hf_ckpt=True,
+        prompt_data=str(data_dir / "sft_rl_pool.jsonl"), eval_dataset=str(data_dir / "probe_set_200_ood.jsonl"),
+        eval_steps=5, eval_temperature=0.0, eval_n_samples_per_prompt=1, attn_implementation="eager",
+        packing_samples=False, apply_chat_template=True, vllm_sync_lora_via_object_store=True,
+    )
+
+
+def test_every_script_follows_the_house_rules():
+    """set -euo pipefail, one flag per line in the flag arrays, "$@" last, unbuffered output via launch_lib."""
+    assert "export PYTHONUNBUFFERED=1" in (ROOT / "scripts" / "launch_lib.sh").read_text()
+    for name in [*SCRIPTS, "preflight_lr.sh"]:
+        text = (ROOT / name).read_text()
+        assert "\nset -euo pipefail\n" in text, name
+        assert "launch_lib.sh" in text or "exec bash" in text, name
+        code = [ln.split("#")[0] for ln in text.splitlines()]
+        in_array = False
+        for ln in code:
+            opens = ln.strip().startswith(("ARGS=(", "ARGS+=("))
+            if opens or in_array:
+                assert sum(t.startswith("--") for t in ln.replace("(", " ").split()) <= 1, (name, ln)
+                in_array = not ln.rstrip().endswith(")")
+        last = [ln for ln in code if ln.strip()][-1]
+        assert last.rstrip().endswith(('"$@"', '"${PASS[@]}"')), (name, last)
+
+
 def run_script(name: str, env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(ROOT / name), *args], capture_output=True, text=True, env=env, timeout=120)
 
@@ -98,21 +134,32 @@ def test_dry_run_passes_the_real_parser(name, patched_root, data_dir, tmp_path, 
     if "gpt-oss" in a.pretrain:
         assert a.attn_implementation == "eager" and not a.packing_samples
         assert a.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    recipe = recipe_20b(data_dir)
     expected = {
-        "train_grpo_20b.sh": dict(eps_clip=0.2, lora_rank=32, actor_learning_rate=5e-7, num_episodes=20, offload=False,
-                                  pretrain="openai/gpt-oss-20b", vllm_pretrain="openai/gpt-oss-20b"),
-        "train_grpo_120b.sh": dict(lora_rank=64, lora_alpha=128, init_kl_coef=0.0, rollout_batch_size=8,
+        "train_grpo_20b.sh": dict(recipe, pretrain="openai/gpt-oss-20b", vllm_pretrain="openai/gpt-oss-20b"),
+        "train_grpo_120b.sh": dict(recipe, lora_rank=64, lora_alpha=128, actor_learning_rate=1e-6, init_kl_coef=0.0,
+                                   rollout_batch_size=8, train_batch_size=8, generate_max_len=3072,
+                                   lr_warmup_ratio=0.03, num_episodes=50, offload=True, adam_offload=True,
+                                   gradient_checkpointing_use_reentrant=True,
                                    pretrain=str(tmp_path / "disk" / "models" / "gpt-oss-120b-bf16"),
-                                   vllm_pretrain="openai/gpt-oss-120b",
-                                   generate_max_len=3072, offload=True, adam_offload=True,
-                                   gradient_checkpointing_use_reentrant=True, num_episodes=50),
-        "train_grpo_20b_a27.sh": dict(eps_clip=0.1, num_episodes=20),
-        "train_grpo_20b_a28a.sh": dict(eps_clip=0.2, num_episodes=1),
-        "train_grpo_20b_a28b.sh": dict(eps_clip=0.1, num_episodes=1),
+                                   vllm_pretrain="openai/gpt-oss-120b"),
+        "train_grpo_20b_a27.sh": dict(recipe, eps_clip=0.1),
+        "train_grpo_20b_a28a.sh": dict(recipe, eps_clip=0.2, num_episodes=1,
+                                       prompt_data=str(data_dir / "sft_rl_pool_400.jsonl")),
+        "train_grpo_20b_a28b.sh": dict(recipe, eps_clip=0.1, num_episodes=1,
+                                       prompt_data=str(data_dir / "sft_rl_pool_400.jsonl")),
         "train_grpo_small.sh": dict(colocate_all_models=True, vllm_enable_sleep=True, deepspeed_enable_sleep=True,
+                                    actor_num_gpus_per_node=1, vllm_num_engines=1, vllm_tensor_parallel_size=1,
                                     max_samples=200, n_samples_per_prompt=2, generate_max_len=256),
-        "train_sft.sh": dict(lora_rank=32, output_key="output", dataset=str(data_dir / "sft_train.jsonl")),
+        "train_sft.sh": dict(lora_rank=32, lora_alpha=64, output_key="output", attn_implementation="eager",
+                             dataset=str(data_dir / "sft_train.jsonl"), gradient_checkpointing=True),
     }[name]
+    # Logs from the environment; the run record goes next to them.
+    for var in ("METRICS_LOG_DIR",) if name == "train_sft.sh" else ("METRICS_LOG_DIR", "SAMPLES_LOG_DIR", "SPIKE_LOG_PATH"):
+        assert f"env   {var}={tmp_path}" in res.stderr, var
+    if name.startswith("train_grpo_20b") or name == "train_grpo_120b.sh":  # checkpoints on the data disk
+        assert a.save_path.startswith(str(tmp_path / "disk")) and a.ckpt_path.startswith(str(tmp_path / "disk"))
+    assert "chat_date " in res.stderr and "--chat-date" in res.stderr
     for key, value in expected.items():
         assert getattr(a, key) == value, key
     if name == "train_grpo_120b.sh":  # the bf16 copy is not made yet: the launch names the conversion command
@@ -345,6 +392,10 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     assert record["packages"]["openrlhf"] == "0.9.3" and record["patches"]["applied"] is True
     assert len(record["gpus"]) == 8 and record["gpus"][0]["memory_gib"] == 79.6
     assert "LR preflight: OK" in record["lr_preflight"]
+    # The date gpt-oss's template writes into the training prompts, for eval_posthoc.py --chat-date.
+    today = datetime.date.today().isoformat()
+    assert record["chat_date"] == today and record["started_local"].startswith(today)
+    assert f"chat_date {today}" in out.err and f"--chat-date {today}" in out.err
     assert parse_command_text(out.out.strip())[3:] == flags
 
 
@@ -356,3 +407,48 @@ def test_real_launch_without_gpus_says_so(patched_root, data_dir, tmp_path):
     assert res.returncode == 1
     assert "nvidia-smi found none on this machine" in res.stderr and "launch refused" in res.stderr
     assert git(ROOT, "tag", "--list") == tags_before
+
+
+def test_chat_date_is_local_and_warns_near_midnight():
+    assert launch.chat_date(datetime.datetime(2025, 8, 5, 14, 0)) == ("2025-08-05", None)
+    date, warning = launch.chat_date(datetime.datetime(2025, 8, 5, 23, 45))
+    assert date == "2025-08-05" and "next day's date" in warning
+
+
+def test_unpatched_openrlhf_blocks_the_launch(pristine_openrlhf_root, monkeypatch):
+    monkeypatch.setenv(launch.OPENRLHF_DIR_ENV, str(pristine_openrlhf_root))
+    flags = ["--pretrain", "Qwen/Qwen2.5-0.5B", "--remote_rm_url", "r.py", "--advantage_estimator", "dr_grpo",
+             "--actor_num_gpus_per_node", "1", "--vllm_num_engines", "1", "--save_path", "/tmp/x"]
+    rep, facts = launch.run_checks(launch.PROFILES["small"], flags, lr_pool=400)
+    assert facts["patches"]["applied"] is False
+    assert any(b.startswith("patches: not all applied") for b in rep.blocking), rep.blocking
+    # Our own flags do not exist in the pristine parser: the flag check names the one it rejects.
+    rep, _ = launch.run_checks(launch.PROFILES["small"], [*flags, "--offload"], lr_pool=400)
+    assert any("unrecognized arguments: --offload" in e for e in rep.errors), rep.errors
+
+
+def test_data_that_is_not_jsonl_is_named(patched_root, data_dir, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(data_dir, bad)
+    (bad / "probe_set_200_ood.jsonl").write_text('{"input": "x", "label": "1"}\n{"input": "y", "lab\n')
+    res = run_script("train_grpo_20b.sh", script_env(patched_root, bad, tmp_path), "--dry-run")
+    assert res.returncode == 1 and "probe_set_200_ood.jsonl:2: not valid JSON" in res.stderr, res.stderr
+    (bad / "probe.csv").write_text("input,label\n")
+    res = run_script("train_grpo_20b.sh", script_env(patched_root, bad, tmp_path, EVAL_DATA=str(bad / "probe.csv")),
+                     "--dry-run")
+    assert res.returncode == 1 and f"{bad / 'probe.csv'}: expected a local .jsonl file" in res.stderr
+
+
+def test_multi_node_by_flags_on_an_existing_cluster(patched_root, data_dir, tmp_path, monkeypatch):
+    """Two nodes: flags only; RAY_ADDRESS joins the cluster; log dirs come from the environment."""
+    env = script_env(patched_root, data_dir, tmp_path, RAY_ADDRESS="10.0.0.1:6379",
+                     METRICS_LOG_DIR=str(tmp_path / "m"))
+    res = run_script("train_grpo_20b.sh", env, "--dry-run", "--actor_num_nodes", "2", "--ref_num_nodes", "2",
+                     "--vllm_num_engines", "4")
+    assert res.returncode == 0, res.stderr
+    _, a = parsed_command(res.stdout, patched_root, monkeypatch)
+    assert (a.actor_num_nodes, a.ref_num_nodes, a.vllm_num_engines) == (2, 2, 4)
+    assert launch.gpus_needed(a) == 16
+    assert "env   RAY_ADDRESS=10.0.0.1:6379" in res.stderr
+    assert f"env   METRICS_LOG_DIR={tmp_path / 'm'}" in res.stderr
+    assert f"env   SPIKE_LOG_PATH={tmp_path / 'm' / 'spike_log.jsonl'}" in res.stderr

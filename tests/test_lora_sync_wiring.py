@@ -250,3 +250,29 @@ def test_trainer_refuses_workers_that_do_not_report(ray_local, world, openrlhf_d
     _train(trainer, steps=1)
     with pytest.raises(LoraSyncError, match="unexpected apply result None"):
         trainer.broadcast_to_vllm()
+
+
+def test_cuda_synchronize_precedes_weight_sync_group_init(world, monkeypatch):
+    """Full-weight (NCCL) sync path of the real patched ActorPPOTrainer.__init__: rank 0 synchronizes CUDA
+    before the engines join and before its own process group is created (only the group calls are stand-ins)."""
+    import openrlhf.trainer.ray.ppo_actor as ppo_actor
+    import ray
+
+    events = []
+    cuda_standins(monkeypatch.setattr)
+    args = trainer_args(["--micro_train_batch_size", "1", "--train_batch_size", "1", "--vllm_num_engines", "1"])
+    model, _ = tiny_lora_model(SimpleNamespace(**{**vars(args), "lora_rank": 4, "lora_alpha": 8,
+                                                  "target_modules": TARGETS}))
+    model = model.merge_and_unload().requires_grad_(True)  # a full fine-tune: the upstream full-weight sync path
+    engine = SimpleNamespace(init_process_group=SimpleNamespace(remote=lambda *a, **k: events.append("engine_join")))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: events.append("cuda_sync"))
+    monkeypatch.setattr(ppo_actor, "stateless_init_process_group", lambda *a, **k: events.append("group_init"))
+    monkeypatch.setattr(ray._private.services, "get_node_ip_address", lambda: "127.0.0.1")
+    monkeypatch.setattr(ray, "get", lambda refs: refs)
+    monkeypatch.setattr(ppo_actor, "torch_dist_barrier_and_cuda_sync", lambda: events.append("barrier"))
+    buffer_cls = ppo_actor.NaiveReplayBuffer  # built by __init__ right before the weight-sync group set-up
+    monkeypatch.setattr(ppo_actor, "NaiveReplayBuffer", lambda *a, **k: events.append("init") or buffer_cls(*a, **k))
+    build_trainer(args, model, vllm_engines=[engine])
+    start, first = events.index("init"), events.index("engine_join")
+    assert "cuda_sync" in events[start:first], events  # 0.9.3: no synchronize before the group
+    assert events.index("cuda_sync") < events.index("group_init") and "barrier" in events[first:]

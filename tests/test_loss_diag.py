@@ -119,3 +119,27 @@ def test_step_diagnostics_reduce_max_min_sum():
     assert out["logratio_tokens"] == 8.0
     assert out["logratio_clamped_frac"] == pytest.approx(1 / 8)
     assert out["grad_norm"] == 3.5 and out["grad_norm_steps"] == 1.0
+
+
+@pytest.mark.parametrize("loss_type", ["ppo", "gspo"])
+@pytest.mark.parametrize("is_type", [None, "tis", "icepop", "mis"])
+@pytest.mark.parametrize("dual_clip", [None, 3.0])
+def test_every_branch_stays_finite_and_logs_new_vs_old_kl(policy_loss, loss_type, is_type, dual_clip):
+    """Every PolicyLoss variant of 0.9.3 (ppo/gspo x no/tis/icepop/mis IS correction x dual-clip) with a +100
+    policy log-ratio and a rollout 100 nats off: finite loss and grads (0.9.3: inf, or NaN from icepop/mis's
+    exp overflow times a zero mask) and ppo_kl = new-vs-old."""
+    new, old, adv, mask = batch(huge=100.0)
+    rollout = old - torch.tensor([[0.0, 0.0, 100.0, 0.0], [0.1, 0.0, 0.0, 0.0]]) * mask
+    kwargs = dict(policy_loss_type=loss_type, dual_clip=dual_clip)
+    if is_type:
+        kwargs.update(enable_vllm_is_correction=True, vllm_is_truncated_threshold=[0.5, 2.0],
+                      vllm_is_correction_type=is_type)
+    loss_fn = policy_loss(**kwargs)
+    loss, _, ppo_kl, vllm_kl = loss_fn(new, old, adv, action_mask=mask, rollout_log_probs=rollout if is_type else None)
+    assert torch.isfinite(loss), loss
+    loss.backward()
+    assert torch.isfinite(new.grad).all()
+    assert ppo_kl.item() == pytest.approx(-((new - old).detach()[mask]).mean().item(), rel=1e-6)
+    assert loss_fn.ratio_stats["logratio_raw_max"] >= 99.0 and loss_fn.ratio_stats["logratio_max"] <= LOGRATIO_CLAMP
+    if is_type and loss_type == "ppo":
+        assert math.isfinite(vllm_kl.item())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -84,6 +85,21 @@ def test_cache_hit_then_miss_when_adapter_changes(tiny, tmp_path):
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([first.name, changed.name])
 
 
+def test_tokenizer_saved_with_the_adapter_is_part_of_the_cache_key(tiny, tmp_path):
+    from transformers import AutoTokenizer
+
+    base, adapter = tiny
+    mine = copy_adapter(adapter, tmp_path / "adapter")
+    first, _ = resolve_model(mine, merged_dir=tmp_path / "cache", dtype="float32")
+    tok = AutoTokenizer.from_pretrained(base)
+    tok.chat_template = "{{ messages[0]['content'] }}<|im_end|>"  # training saved its own template
+    tok.save_pretrained(mine)
+    second, record = resolve_model(mine, merged_dir=tmp_path / "cache", dtype="float32")
+    assert record["cache_hit"] is False and second != first
+    assert AutoTokenizer.from_pretrained(second).chat_template == tok.chat_template
+    assert AutoTokenizer.from_pretrained(first).chat_template != tok.chat_template
+
+
 def test_crash_mid_merge_leaves_nothing_a_later_run_trusts(tiny, tmp_path, monkeypatch):
     _, adapter = tiny
     cache = tmp_path / "cache"
@@ -99,6 +115,38 @@ def test_crash_mid_merge_leaves_nothing_a_later_run_trusts(tiny, tmp_path, monke
     monkeypatch.undo()
     merged_dir, record = resolve_model(adapter, merged_dir=cache, dtype="float32")
     assert record["cache_hit"] is False and (merged_dir / merge.MANIFEST).is_file()
+
+
+def test_killed_merges_are_swept_live_and_foreign_ones_kept(tiny, tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    _, adapter = tiny
+    cache = tmp_path / "cache"
+    mine = merge.tmp_merge_dir(cache, "a" * 64).name
+    assert mine.startswith(f"{merge.TMP_PREFIX}{'a' * 24}-{os.getpid()}-") and mine.endswith(
+        socket.gethostname()
+    )
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        host = socket.gethostname()
+        stale, running, foreign = (
+            cache / f"{merge.TMP_PREFIX}{'a' * 24}-{pid}-1-{h}"
+            for pid, h in ((dead.pid, host), (live.pid, host), (dead.pid, "other-host"))
+        )
+        for d in (stale, running, foreign):
+            d.mkdir(parents=True)
+            (d / "model.safetensors").write_bytes(b"half a model")
+        merged_dir, _ = resolve_model(adapter, merged_dir=cache, dtype="float32")
+        assert sorted(p.name for p in cache.iterdir()) == sorted(
+            [merged_dir.name, running.name, foreign.name]
+        )
+    finally:
+        live.kill()
+        live.wait()
 
 
 def test_full_model_dir_is_used_as_is(tiny):

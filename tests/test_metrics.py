@@ -59,8 +59,13 @@ def test_metrics_off_without_env(patched_openrlhf, tmp_path, monkeypatch):  # no
 
 
 class Tok:
+    pad_token_id = 0
+
     def decode(self, ids, skip_special_tokens=False):
         return " ".join(f"t{i}" for i in ids)
+
+    def batch_decode(self, rows, skip_special_tokens=False):
+        return [self.decode(r.tolist(), skip_special_tokens) for r in rows]
 
 
 def test_samples_every_n_steps(patched_openrlhf, log_dirs, monkeypatch):  # noqa: F811
@@ -135,3 +140,107 @@ def test_eval_generates_and_labels_eval_n(patched_openrlhf, log_dirs, monkeypatc
     assert rows[-1]["event"] == "eval" and rows[-1]["global_step"] == 5
     assert rows[-1]["eval_aime_pass3"] == 1.0 and rows[-1]["eval_amc_pass3"] == 0.0
     assert rows[-1]["eval_aime_pass1"] == pytest.approx(1 / 3)
+
+
+class ActorGroup:
+    """Stand-in for the actor RayActorGroup (GPU ranks): records calls, `fit` returns a rank-0-like status."""
+
+    def __init__(self):
+        self.calls = []
+
+    def async_run_method_batch(self, method_name, **kwargs):
+        self.calls.append(method_name)
+        return []
+
+    def async_run_method(self, method_name, **kwargs):
+        self.calls.append(method_name)
+        if method_name == "fit":
+            return [{"policy_loss": 0.1 * kwargs["global_step"], "grad_norm": 2.5, "logratio_max": 0.3}]
+        if method_name == "broadcast_to_vllm":
+            return [{"lora_sync_seconds": 0.5, "lora_sync_params": 96.0}]
+        return []
+
+
+def rollout(step: int):
+    """Two prompts x 2 samples, through the real patched SamplesGenerator response processing."""
+    from openrlhf.trainer.ppo_utils import experience_maker as em
+
+    gen = object.__new__(em.SamplesGenerator)
+    gen.args = SimpleNamespace(remote_rm_url=["rft/reward.py"], agent_func_path=None)
+    out = []
+    for i, (reward, correct) in enumerate([(1.0, 1), (0.0, 0), (0.9, 0), ("bad", 1)]):
+        resp = {"prompt": f"q{i // 2}", "label": str(i // 2), "observation_tokens": [5, 6, 7 + step, 8, 9],
+                "action_ranges": [(2, 5)], "rollout_log_probs": None, "truncated": False, "reward": reward,
+                "scores": reward, "extra_logs": {"correctness": correct}}
+        out.append(gen._process_response_into_experience(resp, prompt_max_len=8, max_new_tokens=8))
+    return out
+
+
+def loop_trainer(cls, tmp_path):
+    """`cls` (a patched 0.9.3 trainer class) built by the real BasePPOTrainer.__init__, no GPUs behind it."""
+    from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+
+    args = SimpleNamespace(
+        kl_target=None, init_kl_coef=0.0, advantage_estimator="group_norm", use_wandb=False, use_tensorboard=False,
+        use_dynamic_batch=False, micro_rollout_batch_size=2, n_samples_per_prompt=2, rollout_batch_size=2,
+        gamma=1.0, reward_clip_range=(-10.0, 10.0), no_advantage_std_norm=False, overlong_buffer_len=None,
+        stop_properly_penalty_coef=None, freezing_actor_steps=-1, deepspeed_enable_sleep=False,
+        vllm_enable_sleep=False, dynamic_filtering=False, logging_steps=1, num_episodes=1,
+        save_steps=float("inf"), eval_steps=float("inf"),  # what both trainers turn -1 into
+        ckpt_path=str(tmp_path / "ckpt"), load_checkpoint=False,
+    )
+    tr = object.__new__(getattr(cls, "__ray_actor_class__", cls))
+    group = ActorGroup()
+    BasePPOTrainer.__init__(tr, SimpleNamespace(args=args), group, None, None, None, ["engine"], Tok())
+    # the part that needs the actor/reference models on GPUs: log-probs and KL (zero here)
+    tr.experience_maker.make_experience = lambda samples: [
+        setattr(s, "kl", torch.zeros(s.action_mask.shape)) or s for s in samples
+    ]
+    return tr, group
+
+
+def check_loop_logs(log_dirs, group, steps=3):
+    rows = read_jsonl(log_dirs / "m" / metrics.METRICS_FILE)
+    assert [r["global_step"] for r in rows] == list(range(1, steps + 1))
+    for r in rows:
+        assert r["policy_loss"] == pytest.approx(0.1 * r["global_step"])  # the actor fit of that very step
+        assert r["grad_norm"] == 2.5 and r["lora_sync_seconds"] == 0.5
+        # whole-batch reward stats of the real experience maker: rewards 1, 0, 0.9, 0 ("bad" -> 0)
+        assert r["reward_mean"] == pytest.approx(0.475) and r["reward_max"] == 1.0
+        assert r["reward_high_but_wrong"] == pytest.approx(0.25)  # the 0.9 with correctness 0
+    assert "save_checkpoint" not in group.calls  # save_steps -1: metrics still written, no checkpoint
+    assert sorted(p.name for p in (log_dirs / "s").iterdir()) == ["samples_step2.jsonl"]
+    samples = read_jsonl(log_dirs / "s" / "samples_step2.jsonl")
+    assert len(samples) == 4 and {s["prompt"] for s in samples} == {"q0", "q1"} and samples[0]["correctness"] == 1.0
+
+
+def test_sync_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypatch):  # noqa: F811
+    from openrlhf.trainer.ppo_trainer import PPOTrainer
+
+    monkeypatch.setenv("SAMPLES_LOG_EVERY", "2")
+    monkeypatch.setattr("ray.get", lambda refs: refs)  # the groups are stand-ins returning plain values
+    tr, group = loop_trainer(PPOTrainer, log_dirs)
+    batches = iter([(rollout(s), None, 2, False) for s in range(3)] + [([], None, 0, True)])
+    tr.samples_generator = SimpleNamespace(generate_samples=lambda **kw: next(batches))
+    tr.prompts_dataloader = type("Loader", (), {"__len__": lambda self: 6, "state_dict": lambda self: {}})()
+    tr.eval_dataloader, tr.generate_kwargs = None, {"prompt_max_len": 8, "max_new_tokens": 8}
+    tr.fit()
+    check_loop_logs(log_dirs, group)
+
+
+def test_async_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypatch):  # noqa: F811
+    import queue
+
+    from openrlhf.trainer.ppo_trainer_async import TrainingActor
+
+    monkeypatch.setenv("SAMPLES_LOG_EVERY", "2")
+    monkeypatch.setattr("ray.get", lambda refs: refs)
+    tr, group = loop_trainer(TrainingActor, log_dirs)
+    tr.rollout_queue, tr.rollout_slots = queue.Queue(), queue.Queue()
+    for s in range(3):
+        tr.rollout_queue.put((rollout(s), {"episode": 0}, None))
+    tr.rollout_queue.put("done")
+    tr.vllm_lock = SimpleNamespace(acquire=SimpleNamespace(remote=lambda: None),
+                                   release=SimpleNamespace(remote=lambda: None))
+    tr.fit(global_step=0)
+    check_loop_logs(log_dirs, group)

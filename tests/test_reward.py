@@ -123,6 +123,10 @@ GRADES = [
     ("so \\boxed{29} then \\boxed{\\frac{1}{", "29", None, (False, None, "none", False, False, True)),
     ("done \\boxed{29}<|im_end|>", "29", False, (True, "29", "boxed", True, True, True)),
     ("36 - 7 = 29", "29", True, (True, "29", "last_number", True, False, False)),
+    ("The answer is 29.", "29", False, (False, None, "none", False, False, True)),
+    ("3 * 12 = 36 apples, 36 - 7 = 29.\n#### 29", "29", False, (False, None, "none", False, False, True)),
+    # An unclosed last box marks truncation even with end-of-turn text: no fallback to the phrase before it
+    ("The answer is 29. Check: \\boxed{29<|im_end|>", "29", None, (False, None, "none", False, False, True)),
     # Harmony: final channel only
     (harmony("maybe \\boxed{41}", "So \\boxed{42}."), "42", None, (True, "42", "boxed", True, True, False)),
     (harmony("it is \\boxed{42}", "The answer is 41"), "42", None, (False, "41", "phrase", True, False, False)),

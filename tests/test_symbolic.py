@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 
 from rft import symbolic
 from rft.answer import answers_equal
-from rft.reward import grade
+from rft.reward import grade, make_reward_func
 from rft.symbolic import SymbolicPool, is_safe_latex, symbolic_equal
 
 
@@ -97,6 +98,40 @@ def test_timeout_kills_and_replaces_worker() -> None:
         p.timeout = 30.0
         assert p.equal("2x", "x+x") is True
         assert len(p.all) == 1
+    finally:
+        p.close()
+
+
+def test_reward_is_bounded_when_math_verify_hangs_in_a_worker_thread(monkeypatch) -> None:
+    """OpenRLHF's path: reward_func in asyncio.to_thread reaches math-verify, which would run for minutes;
+    the sample is scored (as not shown equal) within the bound, from the worker thread, and the next is fine."""
+    p = SymbolicPool(size=1, timeout=30.0)
+    callers: list[bool] = []
+    equal = p.equal
+
+    def recording_equal(pred: str, gold: str) -> bool | None:
+        callers.append(threading.current_thread() is threading.main_thread())
+        return equal(pred, gold)
+
+    try:
+        assert p.equal("x", "x") is True  # child started, math-verify imported
+        p.timeout = 0.3
+        monkeypatch.setattr(p, "equal", recording_equal)
+        monkeypatch.setattr(symbolic, "_pool", p)
+        monkeypatch.setattr(symbolic, "_cache", type(symbolic._cache)())
+        fn = make_reward_func()
+
+        async def score(response: str, label: str) -> dict:
+            return await asyncio.wait_for(asyncio.to_thread(fn, [response], [""], [label]), timeout=20)
+
+        start = time.perf_counter()
+        slow = asyncio.run(score("\\boxed{(x+1)^{3000}}<|im_end|>", "x^{3000}+1"))
+        assert time.perf_counter() - start < 2.0
+        assert float(slow["rewards"][0]) == 0.0 and float(slow["extra_logs"]["has_boxed"][0]) == 1.0
+        p.timeout = 30.0
+        ok = asyncio.run(score("\\boxed{\\sin x + 1}<|im_end|>", "1+\\sin x"))
+        assert float(ok["rewards"][0]) == 1.0
+        assert callers == [False, False]  # both comparisons ran off the main thread
     finally:
         p.close()
 
