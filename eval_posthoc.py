@@ -40,8 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         required=True,
         metavar="NAME=PATH",
-        help="a model to evaluate (repeatable): a full model directory or a LoRA adapter directory "
-        "(adapter_config.json), which is merged into its base and cached",
+        help="a model to evaluate (repeatable): a full model directory (or a Hugging Face id already in the "
+        "local cache) or a LoRA adapter directory (adapter_config.json), which is merged into its base and "
+        "cached",
     )
     p.add_argument(
         "--baseline",

@@ -138,6 +138,21 @@ def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
 # ---------------------------------------------------------------- smoke tests (first steps)
 
 
+_FIX_FIRST = " Stop and fix before burning compute."
+# The ops guide's "Action If Failing" column of the early smoke-test criteria.
+SMOKE_ACTIONS = {
+    "reward0": "Data/reward bug: check labels and reward_func on a samples_stepN.jsonl." + _FIX_FIRST,
+    "reward1": "Problems too easy: use a harder pool (every group identical = no advantage)." + _FIX_FIRST,
+    "boxed": "Format compliance below 50% or dropping: consider an SFT phase (bash train_sft.sh).",
+    "grad0": "Frozen weights: check the LoRA target_modules and that gradients reach the adapter."
+    + _FIX_FIRST,
+    "lr_high": "LR too high: lower --actor_learning_rate." + _FIX_FIRST,
+    "adv0": "Advantage computation bug (advantage_std stuck at 0 beyond step 1): check --advantage_estimator "
+    "and n_samples_per_prompt > 1." + _FIX_FIRST,
+    "trunc": "Increase --generate_max_len.",
+}
+
+
 def _first(log: MetricsLog, name: str, th: Thresholds) -> list[tuple[int, float]]:
     steps = log.steps()[: th.smoke_steps]
     return [(s, v) for s, v in log.series(name) if steps and s <= steps[-1]]
@@ -160,11 +175,15 @@ def smoke_tests(log: MetricsLog, th: Thresholds) -> list[Verdict]:
         ev = f"steps {pts[0][0]}-{pts[-1][0]}: {', '.join(fmt(v) for v in vals)}"
         if max(vals) <= 1e-6:
             out.append(
-                Verdict(g, "reward_mean not stuck at 0/1", FAIL, ev + " (stuck at 0)", "Data/reward bug.")
+                Verdict(
+                    g, "reward_mean not stuck at 0/1", FAIL, ev + " (stuck at 0)", SMOKE_ACTIONS["reward0"]
+                )
             )
         elif min(vals) >= 1 - 1e-6:
             out.append(
-                Verdict(g, "reward_mean not stuck at 0/1", FAIL, ev + " (stuck at 1)", "Problems too easy.")
+                Verdict(
+                    g, "reward_mean not stuck at 0/1", FAIL, ev + " (stuck at 1)", SMOKE_ACTIONS["reward1"]
+                )
             )
         else:
             out.append(Verdict(g, "reward_mean not stuck at 0/1", PASS, ev))
@@ -177,12 +196,10 @@ def smoke_tests(log: MetricsLog, th: Thresholds) -> list[Verdict]:
         slope, se = trend(pts)
         ev = f"mean {_mean(vals):.0%}, {fmt(vals[0])} -> {fmt(vals[-1])}"
         if _mean(vals) <= 0.5:
-            out.append(Verdict(g, "has_boxed > 50% and not falling", FAIL, ev, "Consider an SFT phase."))
+            out.append(Verdict(g, "has_boxed > 50% and not falling", FAIL, ev, SMOKE_ACTIONS["boxed"]))
         elif slope < 0 and slope / se < -2 and vals[0] - vals[-1] > 0.1:
             out.append(
-                Verdict(
-                    g, "has_boxed > 50% and not falling", WARN, ev + " (falling)", "Consider an SFT phase."
-                )
+                Verdict(g, "has_boxed > 50% and not falling", WARN, ev + " (falling)", SMOKE_ACTIONS["boxed"])
             )
         else:
             out.append(Verdict(g, "has_boxed > 50% and not falling", PASS, ev))
@@ -199,9 +216,9 @@ def smoke_tests(log: MetricsLog, th: Thresholds) -> list[Verdict]:
                 Verdict(g, "grad_norm non-zero, < 100", FAIL, ev + " (non-finite)", "LR too high / diverged.")
             )
         elif max(vals) == 0:
-            out.append(Verdict(g, "grad_norm non-zero, < 100", FAIL, ev + " (zero)", "Frozen weights."))
+            out.append(Verdict(g, "grad_norm non-zero, < 100", FAIL, ev + " (zero)", SMOKE_ACTIONS["grad0"]))
         elif statistics.median(vals) > 100:
-            out.append(Verdict(g, "grad_norm non-zero, < 100", FAIL, ev, "LR too high."))
+            out.append(Verdict(g, "grad_norm non-zero, < 100", FAIL, ev, SMOKE_ACTIONS["lr_high"]))
         elif max(vals) > 100:
             out.append(
                 Verdict(g, "grad_norm non-zero, < 100", WARN, ev + " (one step > 100)", "LR too high?")
@@ -219,7 +236,7 @@ def smoke_tests(log: MetricsLog, th: Thresholds) -> list[Verdict]:
         if len(pts) < 2:
             out.append(Verdict(g, "advantage_std not stuck at 0", INFO, ev + " (only step 1 so far)"))
         elif max(abs(v) for v in later) < 1e-8:
-            out.append(Verdict(g, "advantage_std not stuck at 0", FAIL, ev, "Advantage computation bug."))
+            out.append(Verdict(g, "advantage_std not stuck at 0", FAIL, ev, SMOKE_ACTIONS["adv0"]))
         else:
             out.append(Verdict(g, "advantage_std not stuck at 0", PASS, ev))
 
@@ -231,9 +248,7 @@ def smoke_tests(log: MetricsLog, th: Thresholds) -> list[Verdict]:
         ev = f"{log.key_for('truncated')} mean {m:.0%}"
         status = FAIL if m > 0.5 else PASS
         out.append(
-            Verdict(
-                g, "truncated < 50%", status, ev, "Increase --generate_max_len." if status == FAIL else ""
-            )
+            Verdict(g, "truncated < 50%", status, ev, SMOKE_ACTIONS["trunc"] if status == FAIL else "")
         )
 
     pts = _first(log, "ppo_clip_ratio", th)
@@ -243,7 +258,7 @@ def smoke_tests(log: MetricsLog, th: Thresholds) -> list[Verdict]:
         m = _mean([v for _, v in pts])
         ev = f"mean {m:.1%}"
         if m > 0.4:
-            out.append(Verdict(g, "ppo_clip_ratio < 40%", FAIL, ev, "LR too high."))
+            out.append(Verdict(g, "ppo_clip_ratio < 40%", FAIL, ev, SMOKE_ACTIONS["lr_high"]))
         else:
             note = " (~0 is expected with one optimizer step per rollout batch)" if m < 1e-3 else ""
             out.append(Verdict(g, "ppo_clip_ratio < 40%", PASS, ev + note))

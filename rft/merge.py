@@ -74,15 +74,23 @@ def resolve_base(adapter_dir: str | os.PathLike, base: str | None = None) -> Pat
         if not (path / "config.json").is_file():
             raise MergeError(f"base model {path} (from {source}) has no config.json")
         return path.resolve()
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(str(name), local_files_only=True))
-    except Exception:
+    cached = hf_cache_dir(str(name))
+    if cached is None:
         raise MergeError(
             f"base model {name!r} (from {source}) not found: not a local directory and not in the "
             "local Hugging Face cache; pass --base PATH"
-        ) from None
+        )
+    return cached
+
+
+def hf_cache_dir(name: str) -> Path | None:
+    """The local Hugging Face cache snapshot of repo id `name` (never downloads), or None."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, local_files_only=True))
+    except Exception:
+        return None
 
 
 def adapter_hash(adapter_dir: str | os.PathLike) -> str:
@@ -201,10 +209,17 @@ def sweep_stale_merges(cache: Path) -> list[Path]:
 
 
 def check_model_path(path: str | os.PathLike) -> Path:
-    """`path` as a Path if it is a model directory or a LoRA adapter directory; else MergeError naming it."""
+    """The model or LoRA adapter directory `path` names (a local dir, or a Hugging Face id already in the
+    local cache, e.g. openai/gpt-oss-20b); else MergeError naming it."""
     src = Path(path).expanduser()
     if not src.is_dir():
-        raise MergeError(f"model path {src} does not exist or is not a directory")
+        cached = hf_cache_dir(str(path)) if not src.is_absolute() else None
+        if cached is None:
+            raise MergeError(
+                f"model path {src} does not exist or is not a directory (nor a model in the local "
+                "Hugging Face cache)"
+            )
+        src = cached
     if not is_adapter_dir(src) and not (src / "config.json").is_file():
         raise MergeError(
             f"{src}: neither a model directory (config.json) nor a LoRA adapter ({ADAPTER_CONFIG})"

@@ -99,6 +99,22 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
             row["entropy_loss"] = 1.4 * (1 - 0.8 * fade) + rng.gauss(0, 0.02)
             rows.append(row)
         evals = _binomial_scores(rng, lambda s: 0.42)
+    elif name == "unstable":
+        # Correctness falling while the KL to the reference spikes (grad norms normal: not a loss/grad spike).
+        rows = [base_row(s, rng, learn=-0.004) for s in range(1, STEPS + 1)]
+        for step in (25, 31, 36):
+            rows[step - 1].update(kl=0.05, logprobs_diff=0.05)
+        evals = dict(zip(range(5, 41, 5), [0.42, 0.41, 0.42, 0.40, 0.41, 0.40, 0.41, 0.40], strict=True))
+    elif name == "truncating":
+        # Responses grow into the generate_max_len wall after step 20: most of them cut off.
+        rows = []
+        for s in range(1, STEPS + 1):
+            row = base_row(s, rng)
+            grow = max(0, s - 20)
+            row["response_length"] = 2400 + 80 * grow + rng.gauss(0, 40)
+            row["truncated"] = _clip(0.12 + 0.04 * grow + rng.gauss(0, 0.02))
+            rows.append(row)
+        evals = _binomial_scores(rng, lambda s: 0.38 + 0.004 * s)
     elif name == "early_stop":
         rows = [base_row(s, rng) for s in range(1, STEPS + 1)]
         evals = dict(zip(range(5, 41, 5), [0.40, 0.43, 0.45, 0.47, 0.46, 0.38, 0.30, 0.29], strict=True))
@@ -129,8 +145,8 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
     return out, spikes
 
 
-SCENARIOS = ("healthy", "flat", "spiking", "hacking", "collapsing", "early_stop", "broken_sync", "smoke_fail",
-             "upstream_only")
+SCENARIOS = ("healthy", "flat", "spiking", "hacking", "collapsing", "unstable", "truncating", "early_stop",
+             "broken_sync", "smoke_fail", "upstream_only")
 
 
 def write_scenario(name: str, directory: Path) -> Path:

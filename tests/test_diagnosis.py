@@ -18,6 +18,8 @@ EXPECTED = {
     "spiking": (1, {"loss/grad spikes": WARN}),
     "hacking": (1, {"reward hacking": WARN, "OOD probe early stopping": PASS}),
     "collapsing": (1, {"length collapse": WARN, "entropy collapse": WARN}),
+    "unstable": (1, {"instability": WARN}),
+    "truncating": (1, {"high truncation": WARN}),
     "early_stop": (2, {"OOD probe early stopping": STOP, "reward hacking": WARN}),
     "broken_sync": (2, {"rollout/trainer agreement": FAIL}),
     "smoke_fail": (2, {"reward_mean not stuck at 0/1": FAIL, "has_boxed > 50% and not falling": FAIL,
@@ -119,3 +121,24 @@ def test_trend_slope_and_error():
     slope, se = trend([(s, 0.1 * s) for s in range(10)])
     assert slope == pytest.approx(0.1) and se < 1e-9
     assert trend([(1, 0.0), (2, 1.0)])[1] == float("inf")
+
+
+def _smoke(rows: list[dict]) -> dict:
+    log = MetricsLog()
+    for s, row in enumerate(rows, start=1):
+        log.add({"global_step": s, **row}, "x")
+    return {v.check: v for v in diagnose(log)}
+
+
+def test_smoke_tests_give_the_playbook_action():
+    v = _smoke([{"reward": 1.0}] * 6)["reward_mean not stuck at 0/1"]
+    assert v.status == FAIL and "stuck at 1" in v.evidence and "too easy" in v.action
+    v = _smoke([{"has_boxed": b} for b in (0.95, 0.9, 0.85, 0.8, 0.72, 0.66)])["has_boxed > 50% and not falling"]
+    assert v.status == WARN and "falling" in v.evidence and "train_sft.sh" in v.action
+    v = _smoke([{"group_reward_std": 0.0}] * 6)["advantage_std not stuck at 0"]
+    assert v.status == FAIL and "Advantage computation bug" in v.action
+    assert _smoke([{"group_reward_std": 0.0}] + [{"group_reward_std": 0.3}] * 5)[
+        "advantage_std not stuck at 0"].status == PASS
+    v = _smoke([{"ppo_clip_ratio": 0.55}] * 6)["ppo_clip_ratio < 40%"]
+    assert v.status == FAIL and "--actor_learning_rate" in v.action
+    assert _smoke([{"truncated": 0.2}] * 6)["truncated < 50%"].status == PASS

@@ -155,6 +155,27 @@ def test_full_model_dir_is_used_as_is(tiny):
     assert path == base.resolve() and record["kind"] == "model"
 
 
+def test_hub_ids_resolve_from_the_local_cache_only(tiny, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    base, adapter = tiny
+    snapshot = tmp_path / "hub" / "models--openai--gpt-oss-tiny" / "snapshots" / ("c0ffee" * 6 + "0000")
+    shutil.copytree(base, snapshot)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text(snapshot.name)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path, record = resolve_model("openai/gpt-oss-tiny")
+    assert path == snapshot.resolve() and record["kind"] == "model"
+    moved = copy_adapter(adapter, tmp_path / "adapter")
+    cfg = json.loads((moved / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = "openai/gpt-oss-tiny"
+    (moved / "adapter_config.json").write_text(json.dumps(cfg))
+    assert resolve_base(moved) == snapshot
+    with pytest.raises(MergeError, match=r"openai/gpt-oss-absent does not exist.*local Hugging Face cache"):
+        resolve_model("openai/gpt-oss-absent")
+
+
 def test_missing_adapter_weights_is_named(tiny, tmp_path):
     _, adapter = tiny
     broken = copy_adapter(adapter, tmp_path / "broken")

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.parametrize(
     "name,code",
-    [("healthy", 0), ("flat", 1), ("spiking", 1), ("hacking", 1), ("collapsing", 1), ("early_stop", 2),
+    [("healthy", 0), ("flat", 1), ("spiking", 1), ("hacking", 1), ("collapsing", 1), ("unstable", 1), ("truncating", 1), ("early_stop", 2),
      ("broken_sync", 2), ("smoke_fail", 2), ("upstream_only", 0), ("corrupted", 2)],
 )
 def test_check_exit_codes(name, code, tmp_path, capsys):
@@ -155,3 +155,20 @@ def test_follow_shows_lines_as_they_arrive(tmp_path):
         out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert "3 steps" in out and "0.400" in out and "GiB free" in out
+
+
+def test_live_view_shows_gpu_usage_and_free_disk(tmp_path, monkeypatch):
+    """GPU line from nvidia-smi (a stand-in script here: no GPU on CI), free disk of the save paths."""
+    from rft.monitor import disk_free, gpu_usage
+
+    monkeypatch.setenv("PATH", str(tmp_path / "nobin"))
+    assert gpu_usage() == "GPU: n/a (no nvidia-smi)"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, 97, 70123, 81559'\necho '1, 3, 1024, 81559'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    assert gpu_usage() == "GPU 0:97% 68/80G  1:3% 1/80G"
+    line = disk_free([str(tmp_path), str(tmp_path / "not-yet")])
+    assert line.startswith(f"disk {tmp_path}: ") and "GiB free" in line and "not-yet" not in line
