@@ -12,8 +12,7 @@ TRAIN_SCRIPT ?= train_grpo_20b_a28a.sh
 
 .PHONY: test venv lint bench clean train
 
-test: venv lint
-	bash apply_patches.sh
+test: venv lint $(VENV)/.patched
 	bash apply_patches.sh --check
 	$(BIN)/python -m pytest -q
 
@@ -26,6 +25,12 @@ $(VENV)/.stamp: pyproject.toml
 	DS_BUILD_OPS=0 $(BIN)/pip install -q --no-build-isolation -e ".[dev]"
 	$(BIN)/pip download -q --no-deps openrlhf==0.9.3 -d .cache/wheels
 	$(BIN)/pip install -q --no-deps .cache/wheels/openrlhf-0.9.3-*.whl
+	touch $@
+
+# A pristine OpenRLHF 0.9.3 with the current series applied; redone whenever a patch changes.
+$(VENV)/.patched: $(VENV)/.stamp apply_patches.sh patches/series $(wildcard patches/*.patch)
+	$(BIN)/pip install -q --no-deps --force-reinstall .cache/wheels/openrlhf-0.9.3-*.whl
+	bash apply_patches.sh
 	touch $@
 
 lint: venv
