@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rft.eval_report import pct, summarize, write_reports
 from rft.generation import Completion, Request
-from rft.io import atomic_write_json, atomic_write_jsonl, read_jsonl, sha256_file
+from rft.io import atomic_write_json, atomic_write_jsonl, iter_jsonl_lines, read_jsonl, sha256_file
 from rft.passk import (
     answers_agree,
     bootstrap_ci,
@@ -131,26 +131,17 @@ def load_problems(path: str | Path, limit: int | None = None) -> list[Problem]:
     """Eval rows of a JSONL file; a line without `input` or `label` raises ValueError naming file:line."""
     problems: list[Problem] = []
     seen: dict[str, int] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            for key in ("input", "label"):
-                if not isinstance(row, dict) or row.get(key) in (None, ""):
-                    raise ValueError(f"{path}:{lineno}: row has no {key!r}")
-            pid = str(row.get("id") or problem_hash(row["input"])[:12])
-            seen[pid] = seen.get(pid, 0) + 1
-            if seen[pid] > 1:
-                pid = f"{pid}~{seen[pid]}"
-            problems.append(
-                Problem(pid, row["input"], str(row["label"]), str(row.get("datasource", "default")))
-            )
-            if limit and len(problems) >= limit:
-                break
+    for lineno, row in iter_jsonl_lines(path):
+        for key in ("input", "label"):
+            if row.get(key) in (None, ""):
+                raise ValueError(f"{path}:{lineno}: row has no {key!r}")
+        pid = str(row.get("id") or problem_hash(row["input"])[:12])
+        seen[pid] = seen.get(pid, 0) + 1
+        if seen[pid] > 1:
+            pid = f"{pid}~{seen[pid]}"
+        problems.append(Problem(pid, row["input"], str(row["label"]), str(row.get("datasource", "default"))))
+        if limit and len(problems) >= limit:
+            break
     if not problems:
         raise ValueError(f"{path}: no eval rows")
     return problems

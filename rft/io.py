@@ -43,8 +43,8 @@ def atomic_write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
     return len(lines)
 
 
-def iter_jsonl(path: str | os.PathLike) -> Iterator[dict]:
-    """Yield the objects of a JSONL file; a bad line raises ValueError naming file and line."""
+def iter_jsonl_lines(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """Yield (line number, object) for each non-blank line; a bad line raises ValueError naming file:line."""
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -55,7 +55,13 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[dict]:
                 raise ValueError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
             if not isinstance(obj, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-            yield obj
+            yield lineno, obj
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[dict]:
+    """Yield the objects of a JSONL file (see iter_jsonl_lines)."""
+    for _, obj in iter_jsonl_lines(path):
+        yield obj
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:

@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rft.io import atomic_write_json, iter_jsonl, sha256_file
+from rft.io import atomic_write_json, iter_jsonl_lines, sha256_file
 from rft.lr_schedule import evaluate, report, schedule_from_args
 from rft.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, format_command, parse_args, resolve_overrides
 from rft.problems import problem_hash
@@ -209,10 +209,7 @@ def data_files(a: argparse.Namespace, entry: str) -> dict[str, list[str]]:
 def scan_jsonl(path: str, keys: list[str]) -> dict[str, str]:
     """problem_hash -> 'file:line' for every row; ValueError naming file:line on a bad row."""
     seen: dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        numbered = [(i, ln) for i, ln in enumerate(f, 1) if ln.strip()]
-    rows = iter_jsonl(path)
-    for (lineno, _), row in zip(numbered, rows, strict=True):
+    for lineno, row in iter_jsonl_lines(path):
         for key in keys:
             value = row.get(key)
             if value is None or (isinstance(value, str) and not value.strip()):

@@ -48,3 +48,9 @@ def test_bad_jsonl_names_file_and_line(tmp_path, bad, msg):
     with pytest.raises(ValueError, match=msg) as e:
         io.read_jsonl(p)
     assert str(p) in str(e.value)
+
+
+def test_line_numbers_count_blank_lines(tmp_path):
+    p = tmp_path / "r.jsonl"
+    p.write_text('{"a": 1}\n\n{"a": 2}\n')
+    assert list(io.iter_jsonl_lines(p)) == [(1, {"a": 1}), (3, {"a": 2})]
