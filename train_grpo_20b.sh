@@ -15,13 +15,7 @@ DATA_DIR="${DATA_DIR:-$RFT_ROOT/data}"
 PROMPT_DATA="${PROMPT_DATA:-$DATA_DIR/sft_rl_pool.jsonl}"
 EVAL_DATA="${EVAL_DATA:-$DATA_DIR/probe_set_200_ood.jsonl}"
 REWARD_FUNC="${REWARD_FUNC:-$RFT_ROOT/reward_func_em.py}"
-DATA_ROOT="${DATA_ROOT:-/mnt/data}"
-SCRATCH="${SCRATCH:-/mnt/scratch}"
-SAVE_PATH="${SAVE_PATH:-$DATA_ROOT/rft_output/$RUN_NAME}"
-CKPT_PATH="${CKPT_PATH:-$DATA_ROOT/rft_checkpoints/$RUN_NAME}"
-export METRICS_LOG_DIR="${METRICS_LOG_DIR:-$SCRATCH/rft_metrics/$RUN_NAME}"
-export SAMPLES_LOG_DIR="${SAMPLES_LOG_DIR:-$SCRATCH/rft_samples/$RUN_NAME}"
-export SPIKE_LOG_PATH="${SPIKE_LOG_PATH:-$METRICS_LOG_DIR/spike_log.jsonl}"
+rft_storage "$RUN_NAME"  # SAVE_PATH, CKPT_PATH on $DATA_ROOT; METRICS_LOG_DIR, SAMPLES_LOG_DIR, SPIKE_LOG_PATH on $SCRATCH
 # RAY_ADDRESS (if set) makes OpenRLHF join that cluster; unset starts a fresh local Ray.
 
 ARGS=(

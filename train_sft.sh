@@ -10,12 +10,8 @@ RUN_NAME="${RUN_NAME:-gpt-oss-20b-sft}"
 DATA_DIR="${DATA_DIR:-$RFT_ROOT/data}"
 SFT_DATA="${SFT_DATA:-$DATA_DIR/sft_train.jsonl}"
 SFT_EVAL="${SFT_EVAL:-$DATA_DIR/sft_dev.jsonl}"
-DATA_ROOT="${DATA_ROOT:-/mnt/data}"
-SAVE_PATH="${SAVE_PATH:-$DATA_ROOT/rft_output/$RUN_NAME}"
-CKPT_PATH="${CKPT_PATH:-$DATA_ROOT/rft_checkpoints/$RUN_NAME}"
-SCRATCH="${SCRATCH:-/mnt/scratch}"
-# Logs directory: the launcher writes the run record here (OpenRLHF's SFT writes no metrics JSONL).
-export METRICS_LOG_DIR="${METRICS_LOG_DIR:-$SCRATCH/rft_metrics/$RUN_NAME}"
+# Paths as for GRPO; the launcher writes the run record to METRICS_LOG_DIR (OpenRLHF's SFT writes no metrics JSONL).
+rft_storage "$RUN_NAME"
 # GPUs the DeepSpeed launcher uses on this node.
 export NUM_GPUS="${NUM_GPUS:-8}"
 

@@ -21,6 +21,19 @@ PYTHON="$(rft_python)"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$RFT_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
+# rft_storage RUN_NAME: the ops guide's storage layout, every path overridable from the environment:
+# outputs and checkpoints on the data disk, metrics / samples / spike logs on scratch.
+# shellcheck disable=SC2034  # SAVE_PATH and CKPT_PATH are read by the sourcing script
+rft_storage() {
+    DATA_ROOT="${DATA_ROOT:-/mnt/data}"
+    SCRATCH="${SCRATCH:-/mnt/scratch}"
+    SAVE_PATH="${SAVE_PATH:-$DATA_ROOT/rft_output/$1}"
+    CKPT_PATH="${CKPT_PATH:-$DATA_ROOT/rft_checkpoints/$1}"
+    export METRICS_LOG_DIR="${METRICS_LOG_DIR:-$SCRATCH/rft_metrics/$1}"
+    export SAMPLES_LOG_DIR="${SAMPLES_LOG_DIR:-$SCRATCH/rft_samples/$1}"
+    export SPIKE_LOG_PATH="${SPIKE_LOG_PATH:-$METRICS_LOG_DIR/spike_log.jsonl}"
+}
+
 # rft_switch VAR DEFAULT FLAG: append the store_true FLAG to ARGS when ${VAR:-DEFAULT} is 1 (VAR=0 drops it).
 rft_switch() {
     local value="${!1:-$2}"
