@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rft.eval_report import print_summary
-from rft.evaluation import MODES, EvalConfig, parse_named, run_evaluation
-from rft.merge import MergeError, default_merged_dir
+from rft.eval.merge import MergeError, default_merged_dir
+from rft.eval.modes import MODES, EvalConfig, parse_named, run_evaluation
+from rft.eval.report import print_summary
 from rft.prompts import DEFAULT_CHAT_DATE, DEFAULT_REASONING_EFFORT
 
 
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     def backend_factory(model_dir):
-        from rft.generation import make_backend
+        from rft.eval.generation import make_backend
 
         device = args.device
         if device is None:

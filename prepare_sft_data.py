@@ -13,10 +13,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from rft.data import PROBE_ID_MODES, DataConfig, Inputs, prepare, write_outputs
-from rft.data_report import build_report, print_report, render_markdown
-from rft.data_sources import DataError
-from rft.data_verify import print_checks, verify
+from rft.data.pipeline import PROBE_ID_MODES, DataConfig, Inputs, prepare, write_outputs
+from rft.data.report import build_report, print_report, render_markdown
+from rft.data.sources import DataError
+from rft.data.verify import print_checks, verify
 
 HENDRYCKS_MATH = tuple(
     f"EleutherAI/hendrycks_math:{c}@test"

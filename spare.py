@@ -18,10 +18,10 @@ import socket
 import sys
 import time
 
-from rft.jobs import DEFAULT_SOCKET, JobError, JobInfo, JobRunner, format_age, gpu_summary
-from rft.spare import REPO_ROOT, RemoteFailed, Spare, SpareError, load_config, local_facts, render_rows
-from rft.spare import sync as sync_spare
-from rft.spare import verify as verify_spare
+from rft.spare.jobs import DEFAULT_SOCKET, JobError, JobInfo, JobRunner, format_age, gpu_summary
+from rft.spare.node import REPO_ROOT, RemoteFailed, Spare, SpareError, load_config, local_facts, render_rows
+from rft.spare.node import sync as sync_spare
+from rft.spare.node import verify as verify_spare
 
 EPILOG = """examples:
   spare.py sync --adapter /mnt/data/rft_checkpoints/a30/global_step130_hf

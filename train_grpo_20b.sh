@@ -21,7 +21,7 @@ rft_storage "$RUN_NAME"  # SAVE_PATH, CKPT_PATH on $DATA_ROOT; METRICS_LOG_DIR, 
 ARGS=(
     --pretrain "$ACTOR_MODEL"
     --vllm_pretrain "$MODEL"
-    # Reward: pure exact match (reward_func_em.py -> rft.reward); eval needs a remote_rm_url in 0.9.3.
+    # Reward: pure exact match (reward_func_em.py -> rft.reward.exact_match); eval needs a remote_rm_url in 0.9.3.
     --remote_rm_url "$REWARD_FUNC"
     --prompt_data "$PROMPT_DATA"
     --input_key input

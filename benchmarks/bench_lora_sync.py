@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
 
-from rft.lora_sync import bf16_rounding_report
+from rft.train.lora_sync import bf16_rounding_report
 
 # (label, r, alpha, lr) as in train_grpo_20b.sh / train_grpo_120b.sh
 RECIPES = [("gpt-oss-20b", 32, 64, 5e-7), ("gpt-oss-120b", 64, 128, 1e-6)]

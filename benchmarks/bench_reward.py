@@ -238,7 +238,7 @@ def main() -> None:
     args = ap.parse_args()
     logging.disable(logging.WARNING)  # math-verify warns once per call site about disabled timeouts
 
-    import rft.symbolic
+    import rft.reward.symbolic
 
     ours = load_ours()
     sets = {
@@ -249,7 +249,7 @@ def main() -> None:
     warm = make_set(40, 0.5, args.seed + 2)
     run(ours, warm, "warm-up ours")
     run(math_verify_reward_func, warm, "warm-up math-verify")
-    rft.symbolic._cache.clear()
+    rft.reward.symbolic._cache.clear()
 
     table = Table(title=f"reward throughput and accuracy (n={args.n} per set, OpenRLHF call path)")
     cols = ("set", "method", "resp/s (path, wall)", "ratio", "resp/s (in-call CPU)", "ratio",
@@ -258,11 +258,11 @@ def main() -> None:
         table.add_column(col, justify="left" if col in ("set", "method") else "right")
     console = Console(width=160)
     for name, samples in sets.items():
-        calls_before = rft.symbolic.stats["calls"]
+        calls_before = rft.reward.symbolic.stats["calls"]
         ours_res = run(ours, samples, f"{name}: ours")
-        sym_calls = rft.symbolic.stats["calls"] - calls_before
+        sym_calls = rft.reward.symbolic.stats["calls"] - calls_before
         mv_res = run(math_verify_reward_func, samples, f"{name}: math-verify")
-        rft.symbolic._cache.clear()
+        rft.reward.symbolic._cache.clear()
         ours_direct = run_direct(ours, samples)
         mv_direct = run_direct(math_verify_reward_func, samples)
         table.add_row(name, "rft (ours)", f"{ours_res.wall_rps:,.0f}", f"{ours_res.wall_rps / mv_res.wall_rps:.1f}x",

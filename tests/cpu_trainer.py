@@ -16,7 +16,7 @@ import torch
 # flags every test run needs (OpenRLHF validation wants a prompt source, a reward and batch sizes)
 BASE_FLAGS = ["--pretrain", "tiny", "--prompt_data", "d", "--actor_num_gpus_per_node", "1",
               "--micro_rollout_batch_size", "1", "--advantage_estimator", "group_norm", "--n_samples_per_prompt", "2",
-              "--remote_rm_url", "rft/reward.py", "--rollout_batch_size", "1", "--zero_stage", "3"]
+              "--remote_rm_url", "rft/reward/exact_match.py", "--rollout_batch_size", "1", "--zero_stage", "3"]
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -46,13 +46,13 @@ def cuda_standins(setattr_: Callable = setattr) -> None:
 
 def trainer_args(extra: list[str]):
     """The namespace OpenRLHF's own (patched) train_ppo_ray parser and validation produce for BASE_FLAGS + extra."""
-    from rft.openrlhf_cli import parse_args
+    from rft.launch.openrlhf_cli import parse_args
 
     return parse_args(BASE_FLAGS + extra).args
 
 
 def tiny_llama_config(num_hidden_layers: int = 2):
-    """A 2-layer GQA Llama config, small enough for CPU (the same shape tests/test_lora_sync.py uses)."""
+    """A 2-layer GQA Llama config, small enough for CPU (the same shape tests/train/test_lora_sync.py uses)."""
     from transformers import LlamaConfig
 
     return LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=num_hidden_layers,

@@ -1,4 +1,4 @@
-"""One gloo rank of a CPU run of the patched `ActorPPOTrainer.ppo_train` (launched by tests/test_training_step.py).
+"""One gloo rank of a CPU run of the patched `ActorPPOTrainer.ppo_train` (launched by tests/train/test_training_step.py).
 
 usage: python tests/ppo_step_worker.py RANK WORLD_SIZE PORT OUT_JSON   (PYTHONPATH: patched openrlhf, stubs, tests)
 Two `ppo_train` calls on a tiny LoRA Llama in a real ZeRO-3 engine: global step 1 with small advantages, global

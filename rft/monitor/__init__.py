@@ -1,0 +1,4 @@
+"""Monitor stage: tolerant log readers, the tuning playbook's diagnosis, early stop, tables, the dashboard.
+
+Driven by `monitor.sh` (`python -m rft.monitor`).
+"""

@@ -1,0 +1,268 @@
+"""Watch a GRPO run from its metrics directory: live table, health verdicts, dashboard PNG, markdown tables.
+
+python -m rft.monitor [METRICS_DIR] [--follow | --check | --plot out.png | --table]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from rft.monitor.diagnosis import Thresholds, diagnose, exit_code
+from rft.monitor.early_stop import DEFAULT_PROBE_SIZE, DEFAULT_Z
+from rft.monitor.logs import (
+    JsonlTail,
+    MetricsLog,
+    feed_lines,
+    metrics_path,
+    read_metrics,
+    read_spikes,
+    spike_log_path,
+)
+from rft.monitor.table import markdown_summary, markdown_table, rich_step_table, rich_verdict_table
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI; every flag explained in --help."""
+    p = argparse.ArgumentParser(
+        prog="python -m rft.monitor",
+        description="Health of a GRPO run from training_metrics.jsonl (+ spike_log.jsonl). Without an action "
+        "flag, prints the latest steps and the verdicts once.",
+    )
+    p.add_argument(
+        "metrics",
+        nargs="?",
+        default=os.environ.get("METRICS_LOG_DIR"),
+        help="metrics directory (holding training_metrics.jsonl) or the JSONL file itself "
+        "(default: $METRICS_LOG_DIR)",
+    )
+    act = p.add_mutually_exclusive_group()
+    act.add_argument(
+        "--follow",
+        action="store_true",
+        help="live view: table and verdicts refreshed as lines arrive (Ctrl-C to quit)",
+    )
+    act.add_argument(
+        "--check",
+        action="store_true",
+        help="print the verdicts; exit 0 healthy, 1 warnings, 2 stop (FAIL or STOP)",
+    )
+    p.add_argument("--plot", metavar="PNG", help="write a dashboard PNG of the main curves to this path")
+    p.add_argument(
+        "--table",
+        action="store_true",
+        help="print a markdown per-step table and a summary with trends (for rl_grpo_research.md)",
+    )
+    p.add_argument(
+        "--last",
+        type=int,
+        default=None,
+        help="rows in the step tables (default: 12 on the terminal, all steps in --table)",
+    )
+    p.add_argument(
+        "--spike-log",
+        default=None,
+        help="spike log JSONL (default: $SPIKE_LOG_PATH, else spike_log.jsonl next to the metrics)",
+    )
+    p.add_argument(
+        "--probe-key",
+        default=None,
+        help="eval key of the OOD probe for early stopping (default: an eval_*ood*pass1 key, "
+        "else the first eval_*_pass1)",
+    )
+    p.add_argument(
+        "--probe-size",
+        type=int,
+        default=DEFAULT_PROBE_SIZE,
+        help="problems in the OOD probe, sets the noise level of a drop (default: %(default)s)",
+    )
+    p.add_argument(
+        "--stop-z",
+        type=float,
+        default=DEFAULT_Z,
+        help="a probe drop counts only if larger than this many standard errors (default: %(default)s)",
+    )
+    p.add_argument(
+        "--smoke-steps", type=int, default=6, help="steps judged by the smoke tests (default: %(default)s)"
+    )
+    p.add_argument(
+        "--window",
+        type=int,
+        default=20,
+        help="last steps examined by the playbook diagnosis (default: %(default)s)",
+    )
+    p.add_argument(
+        "--spike-grad-norm",
+        type=float,
+        default=50.0,
+        help="grad_norm above this marks a spike (default: %(default)s, as the spike log)",
+    )
+    p.add_argument(
+        "--not-moving-kl",
+        type=float,
+        default=5e-4,
+        help="median |kl| to the reference below this after 10 steps = barely moving (default: %(default)s)",
+    )
+    p.add_argument(
+        "--ckpt-path",
+        default=os.environ.get("CKPT_PATH"),
+        help="OpenRLHF --ckpt_path, to name the best checkpoint's directory (default: $CKPT_PATH)",
+    )
+    p.add_argument(
+        "--disk",
+        action="append",
+        default=None,
+        help="path whose free space the live view shows; repeatable (default: $SAVE_PATH, "
+        "$CKPT_PATH and the metrics directory)",
+    )
+    p.add_argument(
+        "--interval", type=float, default=5.0, help="seconds between --follow polls (default: %(default)s)"
+    )
+    return p
+
+
+def thresholds(args: argparse.Namespace) -> Thresholds:
+    """Thresholds from the parsed flags."""
+    return Thresholds(
+        smoke_steps=args.smoke_steps,
+        window=args.window,
+        spike_grad_norm=args.spike_grad_norm,
+        not_moving_kl=args.not_moving_kl,
+        probe_size=args.probe_size,
+        stop_z=args.stop_z,
+        probe_key=args.probe_key,
+        ckpt_path=args.ckpt_path,
+    )
+
+
+def gpu_usage() -> str:
+    """One line per GPU from nvidia-smi (utilization, memory), or 'n/a' without it."""
+    if not shutil.which("nvidia-smi"):
+        return "GPU: n/a (no nvidia-smi)"
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=index,utilization.gpu,memory.used,memory.total",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError) as e:
+        return f"GPU: n/a ({e.__class__.__name__})"
+    parts = []
+    for line in out.strip().splitlines():
+        i, util, used, total = (x.strip() for x in line.split(","))
+        parts.append(f"{i}:{util}% {int(used) / 1024:.0f}/{int(total) / 1024:.0f}G")
+    return "GPU " + "  ".join(parts)
+
+
+def disk_free(paths: list[str]) -> str:
+    """Free space of each existing path."""
+    parts = []
+    for p in paths:
+        if p and Path(p).exists():
+            usage = shutil.disk_usage(p)
+            parts.append(f"{p}: {usage.free / 2**30:.0f} GiB free ({usage.free / usage.total:.0%})")
+    return "disk " + "; ".join(parts) if parts else "disk: no save paths given"
+
+
+def disk_paths(args: argparse.Namespace) -> list[str]:
+    """--disk paths, else $SAVE_PATH, $CKPT_PATH and the metrics directory."""
+    if args.disk:
+        return args.disk
+    metrics_dir = str(metrics_path(args.metrics).parent)
+    return [p for p in (os.environ.get("SAVE_PATH"), args.ckpt_path, metrics_dir) if p]
+
+
+def render(log: MetricsLog, args: argparse.Namespace, live: bool) -> Group:
+    """Step table, verdicts and (live only) GPU/disk lines as one renderable."""
+    spikes, _ = read_spikes(args.spike_log or spike_log_path(args.metrics))
+    verdicts = diagnose(log, spikes, thresholds(args))
+    parts = [rich_step_table(log, args.last or 12), rich_verdict_table(verdicts)]
+    if log.notes:
+        parts.append(Text(f"log notes ({len(log.notes)}): " + " | ".join(log.notes[-3:]), style="dim"))
+    if live:
+        parts.append(
+            Text(gpu_usage() + "\n" + disk_free(disk_paths(args)) + f"\nupdated {time.strftime('%H:%M:%S')}")
+        )
+    return Group(*parts)
+
+
+def follow(args: argparse.Namespace, console: Console) -> int:
+    """Live view until Ctrl-C; waits for the metrics file to appear."""
+    path = metrics_path(args.metrics)
+    log, tail = MetricsLog(path=path), JsonlTail(path)
+    resets = 0
+    with Live(Text(f"waiting for {path} ..."), console=console, refresh_per_second=1) as live:
+        try:
+            while True:
+                lines = tail.read_new()
+                if tail.resets != resets:  # the file was truncated or replaced: start over
+                    log, resets = MetricsLog(path=path), tail.resets
+                feed_lines(log, lines)
+                if log.records:
+                    live.update(render(log, args, live=True))
+                time.sleep(args.interval)
+        except KeyboardInterrupt:
+            return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    if not args.metrics:
+        build_parser().error("no metrics directory: pass one or set METRICS_LOG_DIR")
+    console = Console()
+    if args.follow:
+        return follow(args, console)
+    try:
+        log = read_metrics(args.metrics)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    spikes, spike_notes = read_spikes(args.spike_log or spike_log_path(args.metrics))
+    verdicts = diagnose(log, spikes, thresholds(args))
+    for note in log.notes + spike_notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.plot:
+        from rft.monitor.dashboard import plot_dashboard  # matplotlib only when asked for
+
+        plot_dashboard(log, spikes, args.plot, thresholds(args))
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.table:
+        print(markdown_table(log, args.last))
+        print()
+        print(markdown_summary(log, verdicts))
+    elif args.check:
+        for v in verdicts:
+            line = f"{v.status:7} {v.group}: {v.check}: {v.evidence}"
+            print(line + (f" -> {v.action}" if v.action and v.status not in ("PASS", "INFO") else ""))
+    elif not args.plot:
+        console.print(render(log, args, live=False))
+    return exit_code(verdicts) if args.check else 0
+
+
+def run() -> None:
+    """Exit with main()'s status; output piped into head/less that closed early is not an error."""
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        sys.stderr.close()
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    run()

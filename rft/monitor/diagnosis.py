@@ -1,0 +1,546 @@
+"""Verdicts on a run's metrics: rollout/trainer agreement, smoke tests, policy movement, early stop, playbook.
+
+Thresholds and actions follow the ops guide (tuning playbook, early smoke-test criteria). A metric the
+log does not contain yields MISSING, never a failure.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rft.monitor.early_stop import DEFAULT_PROBE_SIZE, DEFAULT_Z, decide, drop_threshold
+from rft.monitor.logs import MetricsLog, Spike
+
+PASS, INFO, MISSING, WARN, FAIL, STOP = "PASS", "INFO", "MISSING", "WARN", "FAIL", "STOP"
+SEVERITY = {PASS: 0, INFO: 0, MISSING: 0, WARN: 1, FAIL: 2, STOP: 2}
+
+SINK_OR_SYNC = (
+    "rollouts are not coming from the trained policy: broken weight sync to vLLM (LoRA delta not applied) "
+    "or attention sinks dropped in the trainer (gpt-oss needs --attn_implementation eager, no --packing_samples)"
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One check's outcome: status, the numbers behind it, and the playbook's action."""
+
+    group: str
+    check: str
+    status: str
+    evidence: str
+    action: str = ""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Knobs of the checks (defaults from the ops guide; see `python -m rft.monitor --help`)."""
+
+    smoke_steps: int = 6
+    window: int = 20
+    spike_grad_norm: float = 50.0
+    vllm_kl_warn: float = 0.01
+    vllm_kl_fail: float = 0.05
+    negative_kl_tol: float = 1e-4
+    not_moving_kl: float = 5e-4
+    not_moving_after: int = 10
+    probe_size: int = DEFAULT_PROBE_SIZE
+    stop_z: float = DEFAULT_Z
+    probe_key: str | None = None
+    ckpt_path: str | None = None
+
+
+def exit_code(verdicts: Sequence[Verdict]) -> int:
+    """0 healthy, 1 warnings, 2 stop (a FAIL or STOP)."""
+    return max((SEVERITY[v.status] for v in verdicts), default=0)
+
+
+def fmt(value: float | None) -> str:
+    """Compact number for evidence strings."""
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000 or abs(value) < 1e-3:
+        return f"{value:.2e}"
+    return f"{value:.3g}"
+
+
+def trend(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares slope per step and its standard error (se=inf with < 3 points)."""
+    if len(points) < 3:
+        return 0.0, math.inf
+    x = np.array([p[0] for p in points], dtype=float)
+    y = np.array([p[1] for p in points], dtype=float)
+    sxx = float(((x - x.mean()) ** 2).sum())
+    if sxx == 0:
+        return 0.0, math.inf
+    slope = float(((x - x.mean()) * (y - y.mean())).sum() / sxx)
+    resid = y - (y.mean() + slope * (x - x.mean()))
+    se = math.sqrt(float((resid**2).sum()) / (len(x) - 2) / sxx)
+    return slope, max(se, 1e-12)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if values else math.nan
+
+
+# ---------------------------------------------------------------- rollout/trainer agreement
+
+
+def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
+    """vllm_kl large from the start, or a k1 KL to the reference drifting negative, means off-policy rollouts."""
+    problems, seen = [], []
+    vllm = log.series("vllm_kl")
+    if vllm:
+        early = [v for _, v in vllm[:3]]
+        med = statistics.median(early)
+        seen.append(f"vllm_kl first steps {', '.join(fmt(v) for v in early)}")
+        if abs(med) > th.vllm_kl_fail:
+            problems.append((FAIL, f"rollout/trainer log-prob gap vllm_kl={fmt(med)} from step {vllm[0][0]}"))
+        elif abs(med) > th.vllm_kl_warn or abs(vllm[-1][1]) > th.vllm_kl_fail:
+            problems.append((WARN, f"vllm_kl={fmt(med)} early, {fmt(vllm[-1][1])} at step {vllm[-1][0]}"))
+    name = "logprobs_diff" if log.key_for("logprobs_diff") else "kl"
+    ref = log.series(name)
+    if ref and any(v != 0 for _, v in ref):
+        recent = [v for _, v in ref[-10:]]
+        neg = sum(v < 0 for v in recent) / len(recent)
+        seen.append(f"{name} (k1 KL to reference) last {len(recent)} mean {fmt(_mean(recent))}")
+        if len(recent) >= 3 and _mean(recent) < -th.negative_kl_tol and neg >= 0.7:
+            problems.append(
+                (
+                    FAIL,
+                    f"{name} negative at {neg:.0%} of the last {len(recent)} steps (mean {fmt(_mean(recent))})",
+                )
+            )
+    if not seen:
+        return Verdict(
+            "agreement",
+            "rollout/trainer agreement",
+            MISSING,
+            "no vllm_kl (needs --enable_vllm_is_correction) and no nonzero logprobs_diff/kl (needs a reference model)",
+        )
+    if not problems:
+        return Verdict("agreement", "rollout/trainer agreement", PASS, "; ".join(seen))
+    status = FAIL if any(s == FAIL for s, _ in problems) else WARN
+    evidence = "; ".join(p for _, p in problems) + f" => {SINK_OR_SYNC}"
+    action = "Stop and verify trainer vs vLLM log-probs after a sync before burning compute."
+    return Verdict("agreement", "rollout/trainer agreement", status, evidence, action)
+
+
+# ---------------------------------------------------------------- smoke tests (first steps)
+
+
+_FIX_FIRST = " Stop and fix before burning compute."
+# The ops guide's "Action If Failing" column of the early smoke-test criteria.
+SMOKE_ACTIONS = {
+    "reward0": "Data/reward bug: check labels and reward_func on a samples_stepN.jsonl." + _FIX_FIRST,
+    "reward1": "Problems too easy: use a harder pool (every group identical = no advantage)." + _FIX_FIRST,
+    "boxed": "Format compliance below 50% or dropping: consider an SFT phase (bash train_sft.sh).",
+    "grad0": "Frozen weights: check the LoRA target_modules and that gradients reach the adapter."
+    + _FIX_FIRST,
+    "lr_high": "LR too high: lower --actor_learning_rate." + _FIX_FIRST,
+    "adv0": "Advantage computation bug (advantage_std stuck at 0 beyond step 1): check --advantage_estimator "
+    "and n_samples_per_prompt > 1." + _FIX_FIRST,
+    "trunc": "Increase --generate_max_len.",
+}
+
+
+def _first(log: MetricsLog, name: str, th: Thresholds) -> list[tuple[int, float]]:
+    steps = log.steps()[: th.smoke_steps]
+    return [(s, v) for s, v in log.series(name) if steps and s <= steps[-1]]
+
+
+def _missing(group: str, check: str, name: str) -> Verdict:
+    return Verdict(group, check, MISSING, f"{name} not in the log")
+
+
+def smoke_tests(log: MetricsLog, th: Thresholds) -> list[Verdict]:
+    """The ops guide's early smoke-test criteria over the first `smoke_steps` logged steps."""
+    out = []
+    g = "smoke"
+
+    pts = _first(log, "reward_mean", th)
+    if not pts:
+        out.append(_missing(g, "reward_mean not stuck at 0/1", "reward_mean/reward"))
+    else:
+        vals = [v for _, v in pts]
+        ev = f"steps {pts[0][0]}-{pts[-1][0]}: {', '.join(fmt(v) for v in vals)}"
+        if max(vals) <= 1e-6:
+            out.append(
+                Verdict(
+                    g, "reward_mean not stuck at 0/1", FAIL, ev + " (stuck at 0)", SMOKE_ACTIONS["reward0"]
+                )
+            )
+        elif min(vals) >= 1 - 1e-6:
+            out.append(
+                Verdict(
+                    g, "reward_mean not stuck at 0/1", FAIL, ev + " (stuck at 1)", SMOKE_ACTIONS["reward1"]
+                )
+            )
+        else:
+            out.append(Verdict(g, "reward_mean not stuck at 0/1", PASS, ev))
+
+    pts = _first(log, "has_boxed", th)
+    if not pts:
+        out.append(_missing(g, "has_boxed > 50% and not falling", "has_boxed"))
+    else:
+        vals = [v for _, v in pts]
+        slope, se = trend(pts)
+        ev = f"mean {_mean(vals):.0%}, {fmt(vals[0])} -> {fmt(vals[-1])}"
+        if _mean(vals) <= 0.5:
+            out.append(Verdict(g, "has_boxed > 50% and not falling", FAIL, ev, SMOKE_ACTIONS["boxed"]))
+        elif slope < 0 and slope / se < -2 and vals[0] - vals[-1] > 0.1:
+            out.append(
+                Verdict(g, "has_boxed > 50% and not falling", WARN, ev + " (falling)", SMOKE_ACTIONS["boxed"])
+            )
+        else:
+            out.append(Verdict(g, "has_boxed > 50% and not falling", PASS, ev))
+
+    pts = _first(log, "grad_norm", th)
+    if not pts and not log.series("grad_norm", finite=False):
+        out.append(_missing(g, "grad_norm non-zero, < 100", "grad_norm"))
+    else:
+        raw = [(s, v) for s, v in log.series("grad_norm", finite=False)][: len(pts) or th.smoke_steps]
+        vals = [v for _, v in raw]
+        ev = f"steps {raw[0][0]}-{raw[-1][0]}: {', '.join(fmt(v) for v in vals)}"
+        if any(not math.isfinite(v) for v in vals):
+            out.append(
+                Verdict(g, "grad_norm non-zero, < 100", FAIL, ev + " (non-finite)", "LR too high / diverged.")
+            )
+        elif max(vals) == 0:
+            out.append(Verdict(g, "grad_norm non-zero, < 100", FAIL, ev + " (zero)", SMOKE_ACTIONS["grad0"]))
+        elif statistics.median(vals) > 100:
+            out.append(Verdict(g, "grad_norm non-zero, < 100", FAIL, ev, SMOKE_ACTIONS["lr_high"]))
+        elif max(vals) > 100:
+            out.append(
+                Verdict(g, "grad_norm non-zero, < 100", WARN, ev + " (one step > 100)", "LR too high?")
+            )
+        else:
+            out.append(Verdict(g, "grad_norm non-zero, < 100", PASS, ev))
+
+    pts = _first(log, "advantage_std", th)
+    if not pts:
+        out.append(_missing(g, "advantage_std not stuck at 0", "advantage_std/group_reward_std"))
+    else:
+        key = log.key_for("advantage_std")
+        later = [v for _, v in pts[1:]]
+        ev = f"{key}: {', '.join(fmt(v) for _, v in pts)}"
+        if len(pts) < 2:
+            out.append(Verdict(g, "advantage_std not stuck at 0", INFO, ev + " (only step 1 so far)"))
+        elif max(abs(v) for v in later) < 1e-8:
+            out.append(Verdict(g, "advantage_std not stuck at 0", FAIL, ev, SMOKE_ACTIONS["adv0"]))
+        else:
+            out.append(Verdict(g, "advantage_std not stuck at 0", PASS, ev))
+
+    pts = _first(log, "truncated", th)
+    if not pts:
+        out.append(_missing(g, "truncated < 50%", "truncated"))
+    else:
+        m = _mean([v for _, v in pts])
+        ev = f"{log.key_for('truncated')} mean {m:.0%}"
+        status = FAIL if m > 0.5 else PASS
+        out.append(
+            Verdict(g, "truncated < 50%", status, ev, SMOKE_ACTIONS["trunc"] if status == FAIL else "")
+        )
+
+    pts = _first(log, "ppo_clip_ratio", th)
+    if not pts:
+        out.append(_missing(g, "ppo_clip_ratio < 40%", "ppo_clip_ratio"))
+    else:
+        m = _mean([v for _, v in pts])
+        ev = f"mean {m:.1%}"
+        if m > 0.4:
+            out.append(Verdict(g, "ppo_clip_ratio < 40%", FAIL, ev, SMOKE_ACTIONS["lr_high"]))
+        else:
+            note = " (~0 is expected with one optimizer step per rollout batch)" if m < 1e-3 else ""
+            out.append(Verdict(g, "ppo_clip_ratio < 40%", PASS, ev + note))
+    return out
+
+
+# ---------------------------------------------------------------- policy movement
+
+
+def movement(log: MetricsLog, th: Thresholds) -> Verdict:
+    """A KL to the reference stuck near 1e-4 after many steps = barely moving, not 'stable'."""
+    g, c = "movement", "policy moving from reference"
+    for name in ("kl", "logprobs_diff"):
+        pts = log.series(name)
+        if pts and any(v != 0 for _, v in pts):
+            break
+    else:
+        if log.series("kl") or log.series("logprobs_diff"):
+            return Verdict(g, c, MISSING, "kl is 0 at every step: no reference model (init_kl_coef 0)")
+        return _missing(g, c, "kl/logprobs_diff")
+    if len(log.steps()) < th.not_moving_after:
+        return Verdict(
+            g,
+            c,
+            INFO,
+            f"|{name}| {fmt(abs(pts[-1][1]))} at step {pts[-1][0]} (judged after "
+            f"{th.not_moving_after} steps)",
+        )
+    recent = [abs(v) for _, v in pts[-10:]]
+    med = statistics.median(recent)
+    ev = f"median |{name}| over steps {pts[-len(recent)][0]}-{pts[-1][0]}: {fmt(med)}"
+    if med < th.not_moving_kl:
+        return Verdict(
+            g,
+            c,
+            WARN,
+            ev + f" after {len(log.steps())} steps: barely moving (not 'stable')",
+            "Learning rate too low for LoRA: raise it (5e-7 -> 1e-6 -> 2e-6); check LR warmup reached target.",
+        )
+    return Verdict(g, c, PASS, ev)
+
+
+# ---------------------------------------------------------------- early stopping
+
+
+def probe_key(log: MetricsLog, th: Thresholds) -> str | None:
+    """The OOD probe's eval key: --probe-key, else an `eval_*ood*pass1`, else the first `eval_*_pass1`."""
+    keys = log.eval_keys()
+    if th.probe_key:
+        return th.probe_key if th.probe_key in keys else None
+    pass1 = [k for k in keys if k.endswith("pass1") or k.endswith("pass@1")]
+    ood = [k for k in pass1 if "ood" in k.lower()]
+    return (ood or pass1 or keys or [None])[0]
+
+
+def checkpoint_name(step: int, ckpt_path: str | None) -> str:
+    """OpenRLHF's checkpoint tag for a step, with the path found under ckpt_path if any."""
+    tag = f"global_step{step}"
+    if not ckpt_path:
+        return tag
+    for cand in (Path(ckpt_path) / f"{tag}_hf", Path(ckpt_path) / "_actor" / tag, Path(ckpt_path) / tag):
+        if cand.exists():
+            return str(cand)
+    return f"{tag} (not found under {ckpt_path}: save_steps may not align with eval_steps)"
+
+
+def early_stop(log: MetricsLog, th: Thresholds) -> Verdict:
+    """STOP after two consecutive OOD-probe drops each beyond z standard errors; names the best checkpoint."""
+    g, c = "early-stop", "OOD probe early stopping"
+    key = probe_key(log, th)
+    if key is None:
+        wanted = th.probe_key or "eval_*_pass1"
+        return Verdict(g, c, MISSING, f"no eval results ({wanted}) in the log")
+    pts = log.series(key)
+    scores = [v for _, v in pts]
+    if len(scores) < 3:
+        return Verdict(g, c, INFO, f"{key}: {len(scores)} eval(s) so far; needs 3")
+    d = decide(scores, th.probe_size, th.stop_z)
+    best = d.best_index if d.best_index is not None else 0
+    best_txt = f"best so far step {pts[best][0]} ({scores[best]:.1%}) -> {checkpoint_name(pts[best][0], th.ckpt_path)}"
+    if d.stop:
+        hops = "; ".join(
+            f"step {pts[i - 1][0]} {scores[i - 1]:.1%} -> step {pts[i][0]} {scores[i]:.1%} "
+            f"(-{drop * 100:.1f}pp > {thr * 100:.1f}pp)"
+            for i, drop, thr in d.drops
+        )
+        return Verdict(
+            g,
+            c,
+            STOP,
+            f"{key} fell twice in a row beyond noise: {hops}; {best_txt}",
+            "Stop training; evaluate the best checkpoint post hoc (AIME + ID probe) on the spare.",
+        )
+    thr = drop_threshold(scores[-1], scores[-1], th.probe_size, th.stop_z)
+    return Verdict(
+        g,
+        c,
+        PASS,
+        f"{key} latest {scores[-1]:.1%} at step {pts[-1][0]}; {best_txt}; "
+        f"no two consecutive drops > {thr * 100:.1f}pp (z={th.stop_z}, n={th.probe_size})",
+    )
+
+
+# ---------------------------------------------------------------- playbook diagnosis over a window
+
+
+PLAYBOOK = {
+    "flat learning": "Increase LR, decrease KL coef, increase group size (n_samples_per_prompt 8 -> 16).",
+    "instability": "Decrease LR, increase KL coef, add grad clipping.",
+    "reward hacking": "Reweight reward toward correctness, add judge redundancy; trust the OOD probe, stop early.",
+    "loss/grad spikes": "Root cause is extreme log-prob ratios, not advantage outliers: tighten eps_clip "
+    "(0.2 -> 0.1), clamp the log-ratio, or lower LR. Advantage clipping does not help.",
+    "length collapse": "Add a length penalty, check entropy, add a KL constraint.",
+    "high truncation": "Increase --generate_max_len or add a length penalty in the reward.",
+    "entropy collapse": "Diversity collapse: lower LR, add a KL constraint (init_kl_coef), check sampling temperature.",
+    "non-finite values": "Training diverged: restart from the last good checkpoint with a lower LR.",
+}
+
+
+def _window(log: MetricsLog, name: str, th: Thresholds) -> list[tuple[int, float]]:
+    steps = log.steps()[-th.window :]
+    return [(s, v) for s, v in log.series(name) if steps and s >= steps[0]]
+
+
+def _signal(log: MetricsLog) -> str:
+    return "correctness" if log.key_for("correctness") else "reward_mean"
+
+
+def spike_steps(log: MetricsLog, spikes: Sequence[Spike], th: Thresholds) -> list[int]:
+    """Steps with grad_norm above the spike threshold, a policy_loss outlier (> 6 robust SDs and > 3x the
+    median |loss|), or a spike-log entry."""
+    found = {s for s, v in log.series("grad_norm") if v > th.spike_grad_norm}
+    losses = log.series("policy_loss")
+    if len(losses) >= 5:
+        med = statistics.median(v for _, v in losses)
+        scale = 1.4826 * statistics.median(abs(v - med) for _, v in losses)
+        big = 3 * statistics.median(abs(v) for _, v in losses)
+        if scale > 0:
+            found |= {s for s, v in losses if abs(v - med) > 6 * scale and abs(v) > big}
+    found |= {sp.step for sp in spikes}
+    return sorted(found)
+
+
+def _spike_text(step: int, log: MetricsLog, spikes: Sequence[Spike]) -> str:
+    row = log.records.get(step, {})
+    parts = []
+    gkey, lkey = log.key_for("grad_norm"), log.key_for("policy_loss")
+    if gkey and gkey in row:
+        parts.append(f"grad_norm {fmt(row[gkey])}")
+    if lkey and lkey in row:
+        parts.append(f"policy_loss {fmt(row[lkey])}")
+    for sp in (s for s in spikes if s.step == step):
+        stats = {k: v for k, v in sp.stats.items() if "ratio" in k}
+        shown = ", ".join(f"{k} {fmt(v)}" for k, v in sorted(stats.items())[:4])
+        parts.append(f"spike log: {shown or 'no ratio stats'}; {len(sp.prompt_hashes)} prompt hash(es)")
+    return f"step {step}: " + (", ".join(parts) or "in the spike log")
+
+
+def playbook(log: MetricsLog, spikes: Sequence[Spike], th: Thresholds) -> list[Verdict]:
+    """Match the tuning playbook's scenarios over the last `window` steps; each with evidence and actions."""
+    g = "playbook"
+    steps = log.steps()[-th.window :]
+    if len(steps) < 6:
+        return [Verdict(g, "playbook diagnosis", INFO, f"{len(steps)} step(s) logged; needs 6")]
+    span = f"steps {steps[0]}-{steps[-1]}"
+    out: list[Verdict] = []
+    unchecked: list[str] = []
+
+    bad = [
+        f"{name}@{s}"
+        for name in ("policy_loss", "grad_norm", "reward_mean")
+        for s, v in log.series(name, finite=False)
+        if not math.isfinite(v)
+    ]
+    if bad:
+        out.append(Verdict(g, "non-finite values", FAIL, ", ".join(bad[:8]), PLAYBOOK["non-finite values"]))
+
+    sig = _signal(log)
+    pts = _window(log, sig, th)
+    kl = [abs(v) for _, v in _window(log, "kl", th)]
+    ent = [v for _, v in _window(log, "entropy", th)]
+    slope, se = trend(pts)
+    change = slope * (steps[-1] - steps[0])
+    if len(pts) >= 10:
+        if abs(slope / se) < 2 and abs(change) < 0.05:
+            ev = f"{sig} {fmt(pts[0][1])} -> {fmt(pts[-1][1])} over {span} (slope {fmt(slope)}/step +- {fmt(se)})"
+            if kl:
+                ev += f"; |kl| median {fmt(statistics.median(kl))}"
+            if ent:
+                ev += f"; entropy {fmt(ent[0])} -> {fmt(ent[-1])}"
+            out.append(Verdict(g, "flat learning", WARN, ev, PLAYBOOK["flat learning"]))
+    else:
+        unchecked.append(f"flat learning ({sig}: {len(pts)} of 10 steps)")
+
+    if len(pts) >= 6 and slope / se < -2:
+        kl_spike = len(kl) >= 5 and max(kl) > 5 * statistics.median(kl) and max(kl) > 1e-3
+        ent_drop = len(ent) >= 6 and _mean(ent[-3:]) < 0.7 * _mean(ent[:3])
+        if kl_spike or ent_drop:
+            ev = f"{sig} slope {fmt(slope)}/step over {span}"
+            ev += f"; kl max {fmt(max(kl))} vs median {fmt(statistics.median(kl))}" if kl_spike else ""
+            ev += f"; entropy {fmt(_mean(ent[:3]))} -> {fmt(_mean(ent[-3:]))}" if ent_drop else ""
+            out.append(Verdict(g, "instability", WARN, ev, PLAYBOOK["instability"]))
+
+    key = probe_key(log, th)
+    evals = log.series(key) if key else []
+    train_all = log.series(sig)
+    if key and len(evals) >= 4 and len(train_all) >= 10:
+        t_slope, t_se = trend(train_all)
+        t_change = t_slope * (train_all[-1][0] - train_all[0][0])
+        e_slope, _ = trend(evals)
+        e_span = evals[-1][0] - evals[0][0]
+        e_mean = _mean([v for _, v in evals])
+        sxx = sum((s - _mean([x for x, _ in evals])) ** 2 for s, _ in evals)
+        gain_se = math.sqrt(max(e_mean * (1 - e_mean), 1 / th.probe_size) / th.probe_size / sxx) * e_span
+        if t_slope / t_se > 2 and t_change > 0.03 and e_slope * e_span <= 0.5 * gain_se:
+            ev = (
+                f"{sig} up {fmt(train_all[0][1])} -> {fmt(train_all[-1][1])} (slope {fmt(t_slope)}/step, "
+                f"t={t_slope / t_se:.1f}) while {key} fitted change over steps {evals[0][0]}-{evals[-1][0]} is "
+                f"{e_slope * e_span * 100:+.1f}pp (binomial SE {gain_se * 100:.1f}pp; {len(evals)} evals "
+                f"{evals[0][1]:.1%} ... {evals[-1][1]:.1%})"
+            )
+            out.append(Verdict(g, "reward hacking", WARN, ev, PLAYBOOK["reward hacking"]))
+    elif not key:
+        unchecked.append("reward hacking (no eval results)")
+
+    sp_steps = spike_steps(log, spikes, th)
+    if sp_steps:
+        ev = "; ".join(_spike_text(s, log, spikes) for s in sp_steps[:5])
+        if len(sp_steps) > 5:
+            ev += f"; ... {len(sp_steps) - 5} more"
+        peaks = [v for s, v in log.series("grad_norm") if s in sp_steps]
+        if len(peaks) >= 3 and peaks[-3] < peaks[-2] < peaks[-1]:
+            ev += f"; spike grad norms escalating ({', '.join(fmt(p) for p in peaks[-3:])}): policy drifting into unstable regions"
+        out.append(Verdict(g, "loss/grad spikes", WARN, ev, PLAYBOOK["loss/grad spikes"]))
+    elif not log.key_for("grad_norm") and not spikes:
+        unchecked.append("loss/grad spikes (grad_norm)")
+
+    lengths = log.series("response_length")
+    if len(lengths) >= 6:
+        vals = [v for _, v in lengths]
+        roll = [_mean(vals[i : i + 3]) for i in range(len(vals) - 2)]
+        peak, recent = max(roll[:-1]), roll[-1]
+        if recent < 0.6 * peak:
+            ev = f"mean response_length {fmt(peak)} (peak, 3-step mean) -> {fmt(recent)} (last 3 steps)"
+            if ent:
+                ev += f"; entropy {fmt(ent[0])} -> {fmt(ent[-1])}"
+            out.append(Verdict(g, "length collapse", WARN, ev, PLAYBOOK["length collapse"]))
+    elif not lengths:
+        unchecked.append("length collapse (response_length)")
+
+    trunc = log.series("truncated")
+    if trunc:
+        recent = _mean([v for _, v in trunc[-5:]])
+        if recent > 0.7:
+            ev = f"{log.key_for('truncated')} {recent:.0%} over the last {min(5, len(trunc))} steps"
+            out.append(Verdict(g, "high truncation", WARN, ev, PLAYBOOK["high truncation"]))
+    else:
+        unchecked.append("high truncation (truncated)")
+
+    ent_all = log.series("entropy")
+    if len(ent_all) >= 6:
+        first, recent = _mean([v for _, v in ent_all[:3]]), _mean([v for _, v in ent_all[-3:]])
+        if recent < 0.5 * first or (recent < 1.0 <= first and recent < 0.8 * first):
+            ev = f"{log.key_for('entropy')} {fmt(first)} (first 3 steps) -> {fmt(recent)} (last 3 steps)"
+            out.append(Verdict(g, "entropy collapse", WARN, ev, PLAYBOOK["entropy collapse"]))
+    elif not ent_all:
+        unchecked.append("entropy collapse (entropy)")
+
+    if not out:
+        out.append(Verdict(g, "playbook diagnosis", PASS, f"no playbook pattern over {span}"))
+    if unchecked:
+        out.append(Verdict(g, "not checked", MISSING, "; ".join(unchecked)))
+    return out
+
+
+def diagnose(log: MetricsLog, spikes: Sequence[Spike] = (), th: Thresholds | None = None) -> list[Verdict]:
+    """All verdicts, rollout/trainer agreement first (a FAIL there invalidates every other number)."""
+    th = th or Thresholds()
+    return [
+        agreement(log, th),
+        *smoke_tests(log, th),
+        movement(log, th),
+        early_stop(log, th),
+        *playbook(log, spikes, th),
+    ]

@@ -1,0 +1,454 @@
+"""Launch scripts and pre-launch checks: dry-runs through OpenRLHF 0.9.3's real (patched) parser, data and
+placement rules, and the attempt git workflow on a temporary repository."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rft.io import atomic_write_jsonl, sha256_file
+from rft.launch import checks as launch
+from rft.launch.openrlhf_cli import FlagError, parse_args, parse_command_text, resolve_overrides
+from rft.prompts import build_input
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ["train_grpo_20b.sh", "train_grpo_120b.sh", "train_grpo_20b_a27.sh", "train_grpo_20b_a28a.sh",
+           "train_grpo_20b_a28b.sh", "train_grpo_small.sh", "train_sft.sh"]
+
+
+@pytest.fixture(scope="session")
+def patched_root(pristine_openrlhf_root, tmp_path_factory) -> Path:
+    """A copy of the pristine 0.9.3 package with our whole patch series applied by apply_patches.sh."""
+    dest = tmp_path_factory.mktemp("openrlhf-patched")
+    shutil.copytree(pristine_openrlhf_root / "openrlhf", dest / "openrlhf")
+    res = subprocess.run(["bash", str(ROOT / "apply_patches.sh"), "--target", str(dest)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return dest
+
+
+def rows(prefix: str, n: int, *, output: bool = False) -> list[dict]:
+    out = []
+    for i in range(n):
+        row = {"input": build_input(f"{prefix} problem number {i}: compute {i} + {i}."), "label": str(2 * i)}
+        if output:
+            row["output"] = f"{i} + {i} = \\boxed{{{2 * i}}}"
+        out.append(row)
+    return out
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    """Tiny data files with the names the scripts expect; train and eval disjoint."""
+    d = tmp_path_factory.mktemp("data")
+    # 16 prompts: long enough for every recipe's LR preflight at its episode count (see test_full_pool_...).
+    atomic_write_jsonl(d / "sft_rl_pool.jsonl", rows("pool", 16))
+    atomic_write_jsonl(d / "sft_rl_pool_400.jsonl", rows("pool", 400))
+    atomic_write_jsonl(d / "probe_set_200_ood.jsonl", [{**r, "datasource": "probe_ood"} for r in rows("ood", 10)])
+    atomic_write_jsonl(d / "gsm8k_rl_pool.jsonl", rows("gsm", 300))
+    atomic_write_jsonl(d / "gsm8k_eval.jsonl", rows("gsmeval", 10))
+    atomic_write_jsonl(d / "sft_train.jsonl", rows("sft", 20, output=True))
+    atomic_write_jsonl(d / "sft_dev.jsonl", rows("dev", 5, output=True))
+    return d
+
+
+def script_env(patched_root: Path, data_dir: Path, tmp_path: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("ATTEMPT", "RAY_ADDRESS", "POOL", "PRESET")}
+    env.update(PYTHON=sys.executable, DATA_DIR=str(data_dir), SCRATCH=str(tmp_path / "scratch"),
+               DATA_ROOT=str(tmp_path / "disk"), OUT_ROOT=str(tmp_path / "runs"),
+               **{launch.OPENRLHF_DIR_ENV: str(patched_root)})
+    env.update(extra)
+    return env
+
+
+def recipe_20b(data_dir: Path) -> dict:
+    """Issue 4's attempt-26 recipe for gpt-oss-20b, value by value (attempt scripts and 120b change a few)."""
+    return dict(
+        vllm_num_engines=2, vllm_tensor_parallel_size=2, vllm_gpu_memory_utilization=0.85,
+        actor_num_nodes=1, actor_num_gpus_per_node=4, colocate_actor_ref=True, zero_stage=3, offload=False,
+        adam_offload=False, lora_rank=32, lora_alpha=64, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        advantage_estimator="dr_grpo", remote_rm_url=[str(ROOT / "reward_func_em.py")], actor_learning_rate=5e-7,
+        init_kl_coef=0.001, n_samples_per_prompt=8, rollout_batch_size=16, train_batch_size=16,
+        micro_rollout_batch_size=1, micro_train_batch_size=1, eps_clip=0.2, generate_max_len=4096,
+        prompt_max_len=1024, lr_warmup_ratio=0.05, num_episodes=20, gradient_checkpointing=True, param_dtype="bf16",
+        entropy_loss_coef=0.0, max_ckpt_num=3, disable_ds_ckpt=True, save_hf_ckpt=True,
+        prompt_data=str(data_dir / "sft_rl_pool.jsonl"), eval_dataset=str(data_dir / "probe_set_200_ood.jsonl"),
+        eval_steps=5, eval_temperature=0.0, eval_n_samples_per_prompt=1, attn_implementation="eager",
+        packing_samples=False, apply_chat_template=True, vllm_sync_lora_via_object_store=True,
+    )
+
+
+def test_every_script_follows_the_house_rules():
+    """set -euo pipefail, one flag per line in the flag arrays, "$@" last, unbuffered output via launch_lib."""
+    assert "export PYTHONUNBUFFERED=1" in (ROOT / "scripts" / "launch_lib.sh").read_text()
+    for name in [*SCRIPTS, "preflight_lr.sh"]:
+        text = (ROOT / name).read_text()
+        assert "\nset -euo pipefail\n" in text, name
+        assert "launch_lib.sh" in text or "exec bash" in text, name
+        code = [ln.split("#")[0] for ln in text.splitlines()]
+        in_array = False
+        for ln in code:
+            opens = ln.strip().startswith(("ARGS=(", "ARGS+=("))
+            if opens or in_array:
+                assert sum(t.startswith("--") for t in ln.replace("(", " ").split()) <= 1, (name, ln)
+                in_array = not ln.rstrip().endswith(")")
+        last = [ln for ln in code if ln.strip()][-1]
+        assert last.rstrip().endswith(('"$@"', '"${PASS[@]}"')), (name, last)
+
+
+def run_script(name: str, env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / name), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def parsed_command(stdout: str, patched_root: Path, monkeypatch) -> tuple[list[str], object]:
+    tokens = parse_command_text(stdout)
+    monkeypatch.setenv(launch.OPENRLHF_DIR_ENV, str(patched_root))
+    entry = "sft" if "openrlhf.cli.train_sft" in tokens else "ppo"
+    start = tokens.index(f"openrlhf.cli.train_{'sft' if entry == 'sft' else 'ppo_ray'}") + 1
+    return tokens[start:], parse_args(tokens[start:], entry).args
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_dry_run_passes_the_real_parser(name, patched_root, data_dir, tmp_path, monkeypatch):
+    args = ("--preset", "fast", "--dry-run") if name == "train_grpo_small.sh" else ("--dry-run",)
+    res = run_script(name, script_env(patched_root, data_dir, tmp_path), *args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "flags: accepted by OpenRLHF's own parser" in res.stderr
+    assert "ERROR" not in res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert all(ln.endswith(" \\") for ln in lines[:-1]) and all(ln.startswith("    --") for ln in lines[1:])
+    argv, a = parsed_command(res.stdout, patched_root, monkeypatch)
+    assert len({t for t in argv if t.startswith("--")}) == sum(t.startswith("--") for t in argv)  # no repeats
+    if a.eval_dataset:
+        assert "disjoint by problem hash" in res.stderr
+    if name != "train_sft.sh":
+        assert "LR preflight: " in res.stderr
+        assert a.remote_rm_url == [str(ROOT / "reward_func_em.py")]
+    if "gpt-oss" in a.pretrain:
+        assert a.attn_implementation == "eager" and not a.packing_samples
+        assert a.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    recipe = recipe_20b(data_dir)
+    expected = {
+        "train_grpo_20b.sh": dict(recipe, pretrain="openai/gpt-oss-20b", vllm_pretrain="openai/gpt-oss-20b"),
+        "train_grpo_120b.sh": dict(recipe, lora_rank=64, lora_alpha=128, actor_learning_rate=1e-6, init_kl_coef=0.0,
+                                   rollout_batch_size=8, train_batch_size=8, generate_max_len=3072,
+                                   lr_warmup_ratio=0.03, num_episodes=50, offload=True, adam_offload=True,
+                                   gradient_checkpointing_use_reentrant=True,
+                                   pretrain=str(tmp_path / "disk" / "models" / "gpt-oss-120b-bf16"),
+                                   vllm_pretrain="openai/gpt-oss-120b"),
+        "train_grpo_20b_a27.sh": dict(recipe, eps_clip=0.1),
+        "train_grpo_20b_a28a.sh": dict(recipe, eps_clip=0.2, num_episodes=1,
+                                       prompt_data=str(data_dir / "sft_rl_pool_400.jsonl")),
+        "train_grpo_20b_a28b.sh": dict(recipe, eps_clip=0.1, num_episodes=1,
+                                       prompt_data=str(data_dir / "sft_rl_pool_400.jsonl")),
+        "train_grpo_small.sh": dict(colocate_all_models=True, vllm_enable_sleep=True, deepspeed_enable_sleep=True,
+                                    actor_num_gpus_per_node=1, vllm_num_engines=1, vllm_tensor_parallel_size=1,
+                                    max_samples=200, n_samples_per_prompt=2, generate_max_len=256),
+        "train_sft.sh": dict(lora_rank=32, lora_alpha=64, output_key="output", attn_implementation="eager",
+                             dataset=str(data_dir / "sft_train.jsonl"), gradient_checkpointing=True),
+    }[name]
+    # Logs from the environment; the run record goes next to them.
+    for var in ("METRICS_LOG_DIR",) if name == "train_sft.sh" else ("METRICS_LOG_DIR", "SAMPLES_LOG_DIR", "SPIKE_LOG_PATH"):
+        assert f"env   {var}={tmp_path}" in res.stderr, var
+    if name.startswith("train_grpo_20b") or name == "train_grpo_120b.sh":  # checkpoints on the data disk
+        assert a.save_path.startswith(str(tmp_path / "disk")) and a.ckpt_path.startswith(str(tmp_path / "disk"))
+    assert "chat_date " in res.stderr and "--chat-date" in res.stderr
+    for key, value in expected.items():
+        assert getattr(a, key) == value, key
+    if name == "train_grpo_120b.sh":  # the bf16 copy is not made yet: the launch names the conversion command
+        assert f"convert_mxfp4.py openai/gpt-oss-120b {a.pretrain}" in res.stderr
+    if "a28" in name:
+        assert a.prompt_data == str(data_dir / "sft_rl_pool_400.jsonl")
+        assert "200 scheduler steps" in res.stderr
+
+
+def test_command_line_overrides_script(patched_root, data_dir, tmp_path, monkeypatch):
+    env = script_env(patched_root, data_dir, tmp_path)
+    res = run_script("train_grpo_20b.sh", env, "--dry-run", "--num_episodes", "50", "--actor_learning_rate", "1e-6")
+    assert res.returncode == 0, res.stderr
+    argv, a = parsed_command(res.stdout, patched_root, monkeypatch)
+    assert (a.num_episodes, a.actor_learning_rate) == (50, 1e-6)
+    assert argv.count("--num_episodes") == 1
+    # A switch (store_true flag) is dropped through its environment variable.
+    res = run_script("train_grpo_20b.sh", {**env, "SAVE_HF_CKPT": "0"}, "--dry-run")
+    assert res.returncode == 0 and "--save_hf_ckpt" not in res.stdout
+
+
+def test_bad_flag_is_named(patched_root, data_dir, tmp_path):
+    env = script_env(patched_root, data_dir, tmp_path)
+    res = run_script("train_grpo_20b.sh", env, "--dry-run", "--eps_clipp_typo", "0.1")
+    assert res.returncode == 1
+    assert "unrecognized arguments: --eps_clipp_typo 0.1" in res.stderr
+    res = run_script("train_grpo_20b_a27.sh", env, "--dry-run", "--lora_rank", "many")
+    assert res.returncode == 1 and "argument --lora_rank: invalid int value: 'many'" in res.stderr
+
+
+@pytest.mark.parametrize("extra,needle", [
+    (["--packing_samples"], "--packing_samples with gpt-oss"),
+    (["--use_dynamic_batch"], "--use_dynamic_batch (which turns on --packing_samples)"),
+    (["--attn_implementation", "flash_attention_2"], "flash_attention_2 drops gpt-oss attention sinks"),
+])
+def test_gpt_oss_attention_rule(extra, needle, patched_root, data_dir, tmp_path):
+    res = run_script("train_grpo_20b.sh", script_env(patched_root, data_dir, tmp_path), "--dry-run", *extra)
+    assert res.returncode == 1 and needle in res.stderr, res.stderr
+
+
+def test_attention_rule_unit(tmp_path):
+    grpo = ["--remote_rm_url", "r.py", "--advantage_estimator", "dr_grpo", "--vllm_num_engines", "1"]
+    ns = parse_args(["--pretrain", "Qwen/Qwen2.5-0.5B", "--packing_samples", *grpo]).args
+    assert launch.attention_rule(ns, []) == ([], [])
+    local = tmp_path / "my-model"
+    local.mkdir()
+    (local / "config.json").write_text(json.dumps({"model_type": "gpt_oss"}))
+    assert launch.is_gpt_oss(str(local)) and not launch.is_gpt_oss("Qwen/Qwen2.5-0.5B")
+    default = parse_args(["--pretrain", str(local), *grpo]).args
+    errs, _ = launch.attention_rule(default, [])
+    assert errs and "(OpenRLHF's default)" in errs[0]
+
+
+def test_data_problems_are_refused(patched_root, data_dir, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in data_dir.iterdir():
+        shutil.copy(f, bad / f.name)
+    leak = rows("pool", 16)[7:9] + rows("ood", 3)  # two training problems in the eval set
+    atomic_write_jsonl(bad / "probe_set_200_ood.jsonl", leak)
+    env = script_env(patched_root, bad, tmp_path)
+    res = run_script("train_grpo_20b.sh", env, "--dry-run")
+    assert res.returncode == 1 and "train and eval share 2 problems" in res.stderr
+    assert "sft_rl_pool.jsonl:8 = " in res.stderr and "probe_set_200_ood.jsonl:1" in res.stderr
+    pool = rows("pool", 16)
+    del pool[4]["label"]
+    atomic_write_jsonl(bad / "sft_rl_pool.jsonl", pool)
+    res = run_script("train_grpo_20b.sh", env, "--dry-run", "--eval_dataset", str(data_dir / "probe_set_200_ood.jsonl"))
+    assert res.returncode == 1 and "sft_rl_pool.jsonl:5: missing or empty key 'label'" in res.stderr
+
+
+def test_lr_preflight_failure_aborts(patched_root, data_dir, tmp_path):
+    res = run_script("train_grpo_20b.sh", script_env(patched_root, data_dir, tmp_path), "--dry-run",
+                     "--lr_warmup_ratio", "0.9")
+    assert res.returncode == 1 and "LR preflight: total scheduler steps 160 < warm-up 144 + 20" in res.stderr
+
+
+@pytest.mark.slow
+def test_full_pool_attempt26_schedule_is_refused(patched_root, data_dir, tmp_path):
+    """The attempt-26 recipe on the full 50k pool warms up for 25,000 scheduler steps: the preflight refuses it."""
+    big = tmp_path / "big"
+    shutil.copytree(data_dir, big)
+    atomic_write_jsonl(big / "sft_rl_pool.jsonl", [{"input": f"p{i}", "label": "1"} for i in range(50_000)])
+    res = run_script("train_grpo_20b.sh", script_env(patched_root, big, tmp_path), "--dry-run")
+    assert res.returncode == 1
+    assert "total scheduler steps     500000" in res.stderr and "warm-up steps             25000" in res.stderr
+    assert "LR preflight: LR after scheduler step 20 is" in res.stderr
+    ok = run_script("train_grpo_20b_a28b.sh", script_env(patched_root, big, tmp_path), "--dry-run")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_missing_data_is_reported_not_fatal_in_dry_run(patched_root, tmp_path):
+    res = run_script("train_grpo_20b.sh", script_env(patched_root, tmp_path / "nowhere", tmp_path), "--dry-run")
+    assert res.returncode == 0
+    assert "NEEDS train file" in res.stderr and "a launch here would be refused" in res.stderr
+
+
+def test_small_presets_and_resume(patched_root, data_dir, tmp_path, monkeypatch):
+    env = script_env(patched_root, data_dir, tmp_path)
+    seen = {}
+    for preset in ("fast", "1hour", "3hour", "full"):
+        res = run_script("train_grpo_small.sh", env, "--preset", preset, "--dry-run")
+        assert res.returncode == 0, res.stderr
+        _, a = parsed_command(res.stdout, patched_root, monkeypatch)
+        seen[preset] = (a.max_samples, a.num_episodes, a.n_samples_per_prompt, a.generate_max_len)
+        assert not a.load_checkpoint
+    assert seen["fast"] == (200, 1, 2, 256) and seen["3hour"] == (1000, 3, 4, 512)
+    assert len(set(seen.values())) == 4
+    assert run_script("train_grpo_small.sh", env, "--preset", "weekly", "--dry-run").returncode == 2
+    ckpt = tmp_path / "runs" / "small-grpo-gsm8k-fast" / "ckpt" / "_actor"
+    ckpt.mkdir(parents=True)
+    (ckpt / "latest").write_text("global_step10")
+    res = run_script("train_grpo_small.sh", env, "--preset", "fast", "--dry-run")
+    assert res.returncode == 0 and "--load_checkpoint" in res.stdout and "resuming from" in res.stderr
+
+
+def test_gpus_needed_counts_the_reference_model(patched_root, monkeypatch):
+    monkeypatch.setenv(launch.OPENRLHF_DIR_ENV, str(patched_root))
+    base = ["--pretrain", "m", "--remote_rm_url", "r.py", "--advantage_estimator", "dr_grpo",
+            "--vllm_num_engines", "2", "--vllm_tensor_parallel_size", "2", "--actor_num_gpus_per_node", "4",
+            "--ref_num_gpus_per_node", "4", "--init_kl_coef", "0.001"]
+    assert launch.gpus_needed(parse_args(base + ["--colocate_actor_ref"]).args) == 8
+    assert launch.gpus_needed(parse_args(base).args) == 12
+    assert launch.gpus_needed(parse_args(base + ["--init_kl_coef", "0"]).args) == 8
+    wrong = parse_args(base + ["--colocate_actor_ref", "--ref_num_gpus_per_node", "8"]).args
+    assert "needs --ref_num_nodes and --ref_num_gpus_per_node equal" in launch.placement_rules(wrong)[0]
+
+
+def test_resolve_overrides_expands_abbreviations():
+    argv = ["--eps_clip", "0.2", "--target_modules", "q", "k", "--eps_clip=0.1", "--num_ep", "3", "--num_episodes", "4"]
+    assert resolve_overrides(argv) == ["--eps_clip", "0.1", "--target_modules", "q", "k", "--num_episodes", "4"]
+
+
+def test_parser_errors_are_flag_errors():
+    with pytest.raises(FlagError, match="unrecognized arguments: --nope"):
+        parse_args(["--nope"])
+    with pytest.raises(FlagError, match="requires n_samples_per_prompt > 1"):
+        parse_args(["--pretrain", "m", "--remote_rm_url", "r", "--advantage_estimator", "group_norm"])
+
+
+# ------------------------------------------------------------------ git workflow on a temporary repository
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    git(r, "config", "user.email", "t@example.com")
+    git(r, "config", "user.name", "t")
+    (r / "train.sh").write_text("echo hi\n")
+    git(r, "add", ".")
+    git(r, "commit", "-q", "-m", "init")
+    git(r, "checkout", "-q", "-b", "attempt-07-tight-clip")
+    return r
+
+
+def test_git_state_and_tag(repo, monkeypatch):
+    state = launch.git_state(repo, None)
+    assert (state.attempt, state.tag, state.problem) == (7, "attempt-07-start", None)
+    assert launch.tag_attempt(repo, state) is True
+    assert git(repo, "rev-list", "-n", "1", "attempt-07-start") == state.sha
+    assert launch.tag_attempt(repo, launch.git_state(repo, None)) is False  # relaunch at the same commit
+    (repo / "train.sh").write_text("echo changed\n")
+    dirty = launch.git_state(repo, None)
+    assert "working tree is dirty" in dirty.problem and "train.sh" in dirty.problem
+    with pytest.raises(launch.GitError, match="dirty"):
+        launch.tag_attempt(repo, dirty)
+    git(repo, "commit", "-q", "-am", "change")
+    moved = launch.git_state(repo, None)
+    assert "already marks" in moved.problem  # the tag belongs to the earlier configuration
+    assert launch.git_state(repo, "12").tag == "attempt-12-start"
+    git(repo, "checkout", "-q", "-b", "experiment")
+    assert "not named attempt-NN-desc" in launch.git_state(repo, None).problem
+
+
+FAKE_SMI = """#!/usr/bin/env bash
+# stand-in for the 8xH100 node's nvidia-smi (the only hardware piece this test lacks)
+for i in 0 1 2 3 4 5 6 7; do echo "$i, NVIDIA H100 80GB HBM3, 81559"; done
+"""
+
+
+def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path, monkeypatch, capsys):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv(launch.OPENRLHF_DIR_ENV, str(patched_root))
+    monkeypatch.setenv("RUN_RECORD_DIR", str(tmp_path / "records"))
+    monkeypatch.setenv("RFT_LAUNCH_NO_EXEC", "1")
+    monkeypatch.delenv("ATTEMPT", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    reward = repo / "reward_func_em.py"
+    reward.write_text("def reward_func(q, p, l):\n    return 0\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "reward")
+    flags = ["--pretrain", "openai/gpt-oss-20b", "--remote_rm_url", str(reward), "--prompt_data",
+             str(data_dir / "sft_rl_pool.jsonl"), "--eval_dataset", str(data_dir / "probe_set_200_ood.jsonl"),
+             "--input_key", "input", "--label_key", "label", "--advantage_estimator", "dr_grpo",
+             "--attn_implementation", "eager", "--n_samples_per_prompt", "8", "--rollout_batch_size", "16",
+             "--train_batch_size", "16", "--num_episodes", "20", "--vllm_num_engines", "2",
+             "--vllm_tensor_parallel_size", "2", "--actor_num_gpus_per_node", "4", "--ref_num_gpus_per_node", "4",
+             "--colocate_actor_ref", "--save_path", str(tmp_path / "out"), "--ckpt_path", str(tmp_path / "ckpt")]
+    # Dirty tree: refused, nothing tagged, no record.
+    (repo / "notes.md").write_text("uncommitted\n")
+    assert launch.main(["--profile", "20b", "--repo", str(repo), "--", *flags]) == 1
+    assert "working tree is dirty" in capsys.readouterr().err
+    assert git(repo, "tag", "--list") == "" and not (tmp_path / "records").exists()
+    (repo / "notes.md").unlink()
+    # Without the colocated reference the placement asks for 12 GPUs: refused on the 8-GPU node.
+    no_coloc = [f for f in flags if f != "--colocate_actor_ref"]
+    assert launch.main(["--profile", "20b", "--repo", str(repo), "--", *no_coloc]) == 1
+    assert "the command places 12 GPUs, this node has 8" in capsys.readouterr().err
+    # Clean: tag created, command and facts recorded.
+    assert launch.main(["--profile", "20b", "--repo", str(repo), "--", *flags]) == 0
+    out = capsys.readouterr()
+    assert "tag attempt-07-start created" in out.err
+    assert git(repo, "tag", "--list") == "attempt-07-start"
+    (record_path,) = (tmp_path / "records").glob("run_record_*.json")
+    record = json.loads(record_path.read_text())
+    assert record["command"][1:3] == ["-m", "openrlhf.cli.train_ppo_ray"] and record["command"][3:] == flags
+    assert record["git_sha"] == git(repo, "rev-parse", "HEAD")
+    assert record["data_sha256"][str(data_dir / "sft_rl_pool.jsonl")] == sha256_file(data_dir / "sft_rl_pool.jsonl")
+    assert record["data_sha256"][str(reward)] == sha256_file(reward)
+    assert record["packages"]["openrlhf"] == "0.9.3" and record["patches"]["applied"] is True
+    assert len(record["gpus"]) == 8 and record["gpus"][0]["memory_gib"] == 79.6
+    assert "LR preflight: OK" in record["lr_preflight"]
+    # The date gpt-oss's template writes into the training prompts, for eval_posthoc.py --chat-date.
+    today = datetime.date.today().isoformat()
+    assert record["chat_date"] == today and record["started_local"].startswith(today)
+    assert f"chat_date {today}" in out.err and f"--chat-date {today}" in out.err
+    assert parse_command_text(out.out.strip())[3:] == flags
+
+
+def test_real_launch_without_gpus_says_so(patched_root, data_dir, tmp_path):
+    env = script_env(patched_root, data_dir, tmp_path)
+    env["PATH"] = ":".join(p for p in env["PATH"].split(":") if not (Path(p) / "nvidia-smi").exists())
+    tags_before = git(ROOT, "tag", "--list")
+    res = run_script("train_grpo_20b.sh", env)
+    assert res.returncode == 1
+    assert "nvidia-smi found none on this machine" in res.stderr and "launch refused" in res.stderr
+    assert git(ROOT, "tag", "--list") == tags_before
+
+
+def test_chat_date_is_local_and_warns_near_midnight():
+    assert launch.chat_date(datetime.datetime(2025, 8, 5, 14, 0)) == ("2025-08-05", None)
+    date, warning = launch.chat_date(datetime.datetime(2025, 8, 5, 23, 45))
+    assert date == "2025-08-05" and "next day's date" in warning
+
+
+def test_unpatched_openrlhf_blocks_the_launch(pristine_openrlhf_root, monkeypatch):
+    monkeypatch.setenv(launch.OPENRLHF_DIR_ENV, str(pristine_openrlhf_root))
+    flags = ["--pretrain", "Qwen/Qwen2.5-0.5B", "--remote_rm_url", "r.py", "--advantage_estimator", "dr_grpo",
+             "--actor_num_gpus_per_node", "1", "--vllm_num_engines", "1", "--save_path", "/tmp/x"]
+    rep, facts = launch.run_checks(launch.PROFILES["small"], flags, lr_pool=400)
+    assert facts["patches"]["applied"] is False
+    assert any(b.startswith("patches: not all applied") for b in rep.blocking), rep.blocking
+    # Our own flags do not exist in the pristine parser: the flag check names the one it rejects.
+    rep, _ = launch.run_checks(launch.PROFILES["small"], [*flags, "--offload"], lr_pool=400)
+    assert any("unrecognized arguments: --offload" in e for e in rep.errors), rep.errors
+
+
+def test_data_that_is_not_jsonl_is_named(patched_root, data_dir, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(data_dir, bad)
+    (bad / "probe_set_200_ood.jsonl").write_text('{"input": "x", "label": "1"}\n{"input": "y", "lab\n')
+    res = run_script("train_grpo_20b.sh", script_env(patched_root, bad, tmp_path), "--dry-run")
+    assert res.returncode == 1 and "probe_set_200_ood.jsonl:2: not valid JSON" in res.stderr, res.stderr
+    (bad / "probe.csv").write_text("input,label\n")
+    res = run_script("train_grpo_20b.sh", script_env(patched_root, bad, tmp_path, EVAL_DATA=str(bad / "probe.csv")),
+                     "--dry-run")
+    assert res.returncode == 1 and f"{bad / 'probe.csv'}: expected a local .jsonl file" in res.stderr
+
+
+def test_multi_node_by_flags_on_an_existing_cluster(patched_root, data_dir, tmp_path, monkeypatch):
+    """Two nodes: flags only; RAY_ADDRESS joins the cluster; log dirs come from the environment."""
+    env = script_env(patched_root, data_dir, tmp_path, RAY_ADDRESS="10.0.0.1:6379",
+                     METRICS_LOG_DIR=str(tmp_path / "m"))
+    res = run_script("train_grpo_20b.sh", env, "--dry-run", "--actor_num_nodes", "2", "--ref_num_nodes", "2",
+                     "--vllm_num_engines", "4")
+    assert res.returncode == 0, res.stderr
+    _, a = parsed_command(res.stdout, patched_root, monkeypatch)
+    assert (a.actor_num_nodes, a.ref_num_nodes, a.vllm_num_engines) == (2, 2, 4)
+    assert launch.gpus_needed(a) == 16
+    assert "env   RAY_ADDRESS=10.0.0.1:6379" in res.stderr
+    assert f"env   METRICS_LOG_DIR={tmp_path / 'm'}" in res.stderr
+    assert f"env   SPIKE_LOG_PATH={tmp_path / 'm' / 'spike_log.jsonl'}" in res.stderr

@@ -1,0 +1,174 @@
+"""The monitor CLI and its readers on generated logs: --check exit codes, --table, --plot, --follow, corruption."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from metric_logs import write_scenario
+
+from rft.monitor import logs as metrics_log
+from rft.monitor.cli import main
+from rft.monitor.logs import ALIASES, JsonlTail, MetricsLog, feed_lines, read_metrics, read_spikes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "name,code",
+    [("healthy", 0), ("flat", 1), ("spiking", 1), ("hacking", 1), ("collapsing", 1), ("unstable", 1), ("truncating", 1), ("early_stop", 2),
+     ("broken_sync", 2), ("smoke_fail", 2), ("upstream_only", 0), ("corrupted", 2)],
+)
+def test_check_exit_codes(name, code, tmp_path, capsys):
+    d = write_scenario(name, tmp_path / name)
+    assert main([str(d), "--check"]) == code
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[1] == "agreement:"  # rollout/trainer agreement always first
+
+
+def test_corrupted_log_is_read_without_crashing(tmp_path):
+    log = read_metrics(write_scenario("corrupted", tmp_path / "c"))
+    assert log.steps() == [1, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12]  # step 4 garbage, 13 partially written
+    assert log.restarts == 1
+    assert all(log.records[s]["correctness"] == 0.99 for s in range(8, 13))  # after the restart, last wins
+    assert all(log.records[s]["correctness"] != 0.99 for s in (1, 2, 3, 5, 6, 7))
+    notes = " ".join(log.notes)
+    for needle in (":4: not valid JSON", ":6: not a JSON object", ":7: no global_step", "restart at step 8",
+                   ":21: partially written last line"):
+        assert needle in notes, needle
+    grad = dict(log.series("grad_norm", finite=False))
+    assert np.isnan(grad[12]) and 12 not in dict(log.series("grad_norm"))
+    assert np.isinf(log.records[12]["policy_loss"])
+    assert np.isnan(log.records[12]["eval_ood_pass1"])  # the writer's null
+
+
+def test_missing_file_is_a_clear_error(tmp_path, capsys):
+    assert main([str(tmp_path / "nope"), "--check"]) == 2
+    assert "no metrics log" in capsys.readouterr().err
+
+
+def test_tail_reads_only_complete_lines_and_survives_truncation(tmp_path):
+    path = tmp_path / "training_metrics.jsonl"
+    path.write_text('{"global_step": 1, "reward": 0.1}\n{"global_step": 2, "rew')
+    tail, log = JsonlTail(path), MetricsLog(path=path)
+    feed_lines(log, tail.read_new())
+    assert log.steps() == [1]
+    with open(path, "a") as f:
+        f.write('ard": 0.2}\n')
+    feed_lines(log, tail.read_new())
+    assert log.records[2] == {"reward": 0.2}
+    path.write_text('{"global_step": 1, "reward": 0.5}\n')  # rewritten from scratch
+    lines = tail.read_new()
+    assert tail.resets == 1 and lines[0][1].endswith(":1")
+
+
+def test_spike_log_restart_and_partial_line(tmp_path):
+    path = tmp_path / "spike_log.jsonl"
+    rows = [{"global_step": 5, "grad_norm": 80.0, "ratio_max": 9.0}, {"global_step": 9, "grad_norm": 120.0},
+            {"global_step": 7, "grad_norm": 60.0, "prompt_hashes": ["ab"]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"global_step": 8, "gr')
+    spikes, notes = read_spikes(path)
+    assert [(s.step, s.grad_norm) for s in spikes] == [(5, 80.0), (7, 60.0)]
+    assert spikes[0].stats == {"ratio_max": 9.0} and spikes[1].prompt_hashes == ["ab"]
+    assert "partially written" in notes[0]
+
+
+def test_aliases_use_the_keys_the_patched_trainer_writes():
+    """Every display metric maps to a key in rft.train.metrics.KNOWN_KEYS, and both sides name the same files."""
+    from rft.train import metrics  # imports torch: fine in a test, never in the monitor itself
+
+    for name, keys in ALIASES.items():
+        assert set(metrics.KNOWN_KEYS) & set(keys), (name, keys)
+    assert metrics.METRICS_FILE == metrics_log.METRICS_FILE and metrics.SPIKE_FILE == metrics_log.SPIKE_FILE
+
+
+def test_table_is_markdown_with_every_step_and_a_summary(tmp_path, capsys):
+    d = write_scenario("hacking", tmp_path / "h")
+    assert main([str(d), "--table"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+    assert len(rows) == 40
+    assert out.splitlines()[0].startswith("| step | reward | correct | boxed | grad_norm |")
+    assert "| correct |" in out and "↑" in out and "| WARN | reward hacking |" in out
+    assert "ood_pass1" in out
+
+
+def test_table_lists_missing_metrics(tmp_path, capsys):
+    main([str(write_scenario("upstream_only", tmp_path / "u")), "--table", "--last", "3"])
+    out = capsys.readouterr().out
+    assert "Missing from the log: `correctness`, `has_boxed`, `grad_norm`" in out
+
+
+def test_plot_writes_a_nontrivial_png(tmp_path):
+    import matplotlib.image as mpimg
+
+    d = write_scenario("spiking", tmp_path / "s")
+    out = tmp_path / "dash.png"
+    assert main([str(d), "--plot", str(out)]) == 0
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 30_000
+    img = mpimg.imread(out)
+    assert img.shape[0] > 400 and img.shape[1] > 800
+    assert float(img[..., :3].std()) > 0.05  # curves, not a blank canvas
+    red = (img[..., 0] > 0.8) & (img[..., 1] < 0.5) & (img[..., 2] < 0.5)
+    assert red.sum() > 200  # spike markers drawn
+
+
+def test_default_view_prints_tables(tmp_path):
+    d = write_scenario("healthy", tmp_path / "h")
+    res = subprocess.run([sys.executable, "-m", "rft.monitor", str(d)], capture_output=True, text=True,
+                         cwd=ROOT, env={**os.environ, "COLUMNS": "200"}, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "trend" in res.stdout and "OOD probe early stopping" in res.stdout
+
+
+def test_monitor_sh_check_passes_the_exit_code(tmp_path):
+    d = write_scenario("early_stop", tmp_path / "e")
+    res = subprocess.run(["bash", str(ROOT / "monitor.sh"), "--check"], capture_output=True, text=True,
+                         env={**os.environ, "METRICS_LOG_DIR": str(d)}, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert "STOP" in res.stdout and "global_step20" in res.stdout
+
+
+def test_follow_shows_lines_as_they_arrive(tmp_path):
+    path = tmp_path / "training_metrics.jsonl"
+    path.write_text(json.dumps({"global_step": 1, "reward": 0.3, "grad_norm": 1.0}) + "\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rft.monitor", str(tmp_path), "--follow", "--interval", "0.2", "--disk", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        time.sleep(3)
+        with open(path, "a") as f:
+            f.write(json.dumps({"global_step": 2, "reward": 0.35, "grad_norm": 1.1}) + "\n")
+            f.write(json.dumps({"global_step": 3, "reward": 0.4, "grad_norm": 1.2}) + "\n")
+        time.sleep(2)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "3 steps" in out and "0.400" in out and "GiB free" in out
+
+
+def test_live_view_shows_gpu_usage_and_free_disk(tmp_path, monkeypatch):
+    """GPU line from nvidia-smi (a stand-in script here: no GPU on CI), free disk of the save paths."""
+    from rft.monitor.cli import disk_free, gpu_usage
+
+    monkeypatch.setenv("PATH", str(tmp_path / "nobin"))
+    assert gpu_usage() == "GPU: n/a (no nvidia-smi)"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, 97, 70123, 81559'\necho '1, 3, 1024, 81559'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    assert gpu_usage() == "GPU 0:97% 68/80G  1:3% 1/80G"
+    line = disk_free([str(tmp_path), str(tmp_path / "not-yet")])
+    assert line.startswith(f"disk {tmp_path}: ") and "GiB free" in line and "not-yet" not in line

@@ -1,0 +1,144 @@
+"""Verdicts on generated scenario logs: each run pattern gets its playbook diagnosis, nothing else fires."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from metric_logs import SCENARIOS, write_scenario
+
+from rft.monitor.diagnosis import FAIL, MISSING, PASS, STOP, WARN, Thresholds, diagnose, exit_code, trend
+from rft.monitor.logs import MetricsLog, read_metrics, read_spikes
+
+# scenario -> (exit code, {check: status} that must appear; every other verdict must be PASS/INFO/MISSING)
+EXPECTED = {
+    "healthy": (0, {"playbook diagnosis": PASS, "OOD probe early stopping": PASS, "rollout/trainer agreement": PASS}),
+    "flat": (1, {"flat learning": WARN, "policy moving from reference": WARN}),
+    "spiking": (1, {"loss/grad spikes": WARN}),
+    "hacking": (1, {"reward hacking": WARN, "OOD probe early stopping": PASS}),
+    "collapsing": (1, {"length collapse": WARN, "entropy collapse": WARN}),
+    "unstable": (1, {"instability": WARN}),
+    "truncating": (1, {"high truncation": WARN}),
+    "early_stop": (2, {"OOD probe early stopping": STOP, "reward hacking": WARN}),
+    "broken_sync": (2, {"rollout/trainer agreement": FAIL}),
+    "smoke_fail": (2, {"reward_mean not stuck at 0/1": FAIL, "has_boxed > 50% and not falling": FAIL,
+                       "truncated < 50%": FAIL}),
+    "upstream_only": (0, {"grad_norm non-zero, < 100": MISSING, "has_boxed > 50% and not falling": MISSING}),
+}
+
+
+def run(name: str, tmp_path: Path):
+    d = write_scenario(name, tmp_path / name)
+    spikes, _ = read_spikes(d / "spike_log.jsonl")
+    return diagnose(read_metrics(d), spikes)
+
+
+def test_every_scenario_has_expectations():
+    assert set(EXPECTED) == set(SCENARIOS)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_scenario_verdicts(name, tmp_path):
+    verdicts = run(name, tmp_path)
+    code, must = EXPECTED[name]
+    got = {v.check: v.status for v in verdicts}
+    for check, status in must.items():
+        assert got.get(check) == status, (check, got)
+    extra = [v for v in verdicts if v.status in (WARN, FAIL, STOP) and v.check not in must]
+    assert not extra, extra
+    assert exit_code(verdicts) == code
+
+
+def test_agreement_failure_is_first_and_explains_off_policy_rollouts(tmp_path):
+    v = run("broken_sync", tmp_path)[0]
+    assert (v.check, v.status) == ("rollout/trainer agreement", FAIL)
+    assert "vllm_kl=0.1" in v.evidence and "negative" in v.evidence
+    assert "weight sync" in v.evidence and "attention sinks" in v.evidence
+
+
+def test_spikes_are_joined_with_the_spike_log(tmp_path):
+    spikes = {v.check: v for v in run("spiking", tmp_path)}["loss/grad spikes"]
+    for step, raw in ((17, "9.5"), (29, "12"), (35, "14.2")):
+        assert f"step {step}: grad_norm" in spikes.evidence
+        assert f"logratio_raw_max {raw}" in spikes.evidence
+    assert "2 prompt hash(es)" in spikes.evidence and "escalating" in spikes.evidence
+    assert "eps_clip" in spikes.action
+
+
+def test_early_stop_names_the_best_checkpoint(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "global_step20_hf").mkdir(parents=True)
+    d = write_scenario("early_stop", tmp_path / "run")
+    v = {x.check: x for x in diagnose(read_metrics(d), (), Thresholds(ckpt_path=str(ckpt)))}["OOD probe early stopping"]
+    assert v.status == STOP
+    assert "step 25 46.0% -> step 30 38.0%" in v.evidence and "step 30 38.0% -> step 35 30.0%" in v.evidence
+    assert f"best so far step 20 (47.0%) -> {ckpt / 'global_step20_hf'}" in v.evidence
+
+
+def test_noise_sized_probe_wobble_does_not_stop(tmp_path):
+    log = MetricsLog()
+    for i, score in enumerate([0.42, 0.39, 0.36, 0.33, 0.36, 0.33], start=1):  # 3 pp drops, three in a row
+        log.add({"global_step": 5 * i, "eval_ood_pass1": score}, "x")
+    v = {x.check: x for x in diagnose(log)}["OOD probe early stopping"]
+    assert v.status == PASS
+
+
+def test_missing_metrics_are_missing_never_failures():
+    log = MetricsLog()
+    for s in range(1, 8):
+        log.add({"global_step": s, "reward": 0.3 + 0.01 * s}, "x")
+    verdicts = diagnose(log)
+    assert exit_code(verdicts) == 0
+    by = {v.check: v.status for v in verdicts}
+    assert by["rollout/trainer agreement"] == MISSING and by["grad_norm non-zero, < 100"] == MISSING
+    assert by["OOD probe early stopping"] == MISSING
+
+
+def test_zero_kl_means_no_reference_not_stuck():
+    log = MetricsLog()
+    for s in range(1, 15):
+        log.add({"global_step": s, "kl": 0.0, "logprobs_diff": 0.0}, "x")
+    v = {x.check: x for x in diagnose(log)}["policy moving from reference"]
+    assert v.status == MISSING and "no reference model" in v.evidence
+
+
+def test_grad_norm_smoke_test_cases():
+    def verdict(values):
+        log = MetricsLog()
+        for s, g in enumerate(values, start=1):
+            log.add(json.loads(json.dumps({"global_step": s, "grad_norm": g})), "x")
+        return {v.check: v for v in diagnose(log)}["grad_norm non-zero, < 100"]
+
+    assert verdict([0.0] * 6).status == FAIL and "Frozen" in verdict([0.0] * 6).action
+    assert verdict([150.0] * 6).status == FAIL and "LR too high" in verdict([150.0] * 6).action
+    assert verdict([1.0, 1.0, 150.0, 1.0]).status == WARN
+    assert verdict([1.0, None, 1.0]).status == FAIL  # null = non-finite in the writer's log
+    assert verdict([0.5, 0.7, 0.6]).status == PASS
+
+
+def test_trend_slope_and_error():
+    slope, se = trend([(s, 0.1 * s) for s in range(10)])
+    assert slope == pytest.approx(0.1) and se < 1e-9
+    assert trend([(1, 0.0), (2, 1.0)])[1] == float("inf")
+
+
+def _smoke(rows: list[dict]) -> dict:
+    log = MetricsLog()
+    for s, row in enumerate(rows, start=1):
+        log.add({"global_step": s, **row}, "x")
+    return {v.check: v for v in diagnose(log)}
+
+
+def test_smoke_tests_give_the_playbook_action():
+    v = _smoke([{"reward": 1.0}] * 6)["reward_mean not stuck at 0/1"]
+    assert v.status == FAIL and "stuck at 1" in v.evidence and "too easy" in v.action
+    v = _smoke([{"has_boxed": b} for b in (0.95, 0.9, 0.85, 0.8, 0.72, 0.66)])["has_boxed > 50% and not falling"]
+    assert v.status == WARN and "falling" in v.evidence and "train_sft.sh" in v.action
+    v = _smoke([{"group_reward_std": 0.0}] * 6)["advantage_std not stuck at 0"]
+    assert v.status == FAIL and "Advantage computation bug" in v.action
+    assert _smoke([{"group_reward_std": 0.0}] + [{"group_reward_std": 0.3}] * 5)[
+        "advantage_std not stuck at 0"].status == PASS
+    v = _smoke([{"ppo_clip_ratio": 0.55}] * 6)["ppo_clip_ratio < 40%"]
+    assert v.status == FAIL and "--actor_learning_rate" in v.action
+    assert _smoke([{"truncated": 0.2}] * 6)["truncated < 50%"].status == PASS

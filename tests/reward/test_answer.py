@@ -1,0 +1,404 @@
+"""Table-driven tests of answer extraction, normalization, the safe evaluator and equivalence."""
+
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+
+import pytest
+
+from rft.reward import answer as answer_mod
+from rft.reward.answer import (
+    answers_equal,
+    compare_fast,
+    extract_answer,
+    last_box,
+    normalize_answer,
+    split_sequence,
+)
+from rft.reward.latex_value import latex_value, values_equal
+
+# (response text, expected answer, expected method)
+EXTRACTION = [
+    ("so the result is \\boxed{42}.", "42", "boxed"),
+    ("first \\boxed{1}, then corrected: \\boxed{2}", "2", "boxed"),
+    ("nested \\boxed{\\frac{1}{2}}", "\\frac{1}{2}", "boxed"),
+    ("deep \\boxed{\\frac{\\sqrt{3}}{2}} done", "\\frac{\\sqrt{3}}{2}", "boxed"),
+    ("set \\boxed{\\{1, 2\\}}", "\\{1, 2\\}", "boxed"),
+    ("space form $\\boxed 5$", "5", "boxed"),
+    ("space form \\boxed 17.", "17.", "boxed"),
+    ("fbox \\fbox{7}", "7", "boxed"),
+    ("fbox after boxed \\boxed{3} then \\fbox{9}", "9", "boxed"),
+    ("boxed after fbox \\fbox{9} then \\boxed{3}", "3", "boxed"),
+    ("empty box last \\boxed{12} as asked: \\boxed{}", "12", "boxed"),
+    ("not a box \\boxedx{4} but the answer is 8", "8", "phrase"),
+    ("box inside box \\boxed{\\boxed{6}}", "6", "boxed"),
+    ("\\boxed{ 2\\pi }", "2\\pi", "boxed"),
+    ("The answer is 42.", "42", "phrase"),
+    ("the answer is $\\frac{3}{4}$.", "\\frac{3}{4}", "phrase"),
+    ("Thus the final answer is: 1,000 apples", "1,000", "phrase"),
+    ("**Final Answer:** 17", "17", "phrase"),
+    ("**Final Answer**: $x = 3$", "x = 3", "phrase"),
+    ("Final Answer: \\(2\\sqrt{2}\\)", "2\\sqrt{2}", "phrase"),
+    ("Final answer:\n\n-7", "-7", "phrase"),
+    ("The answer is 12 because 3*4=12, wait 5", "12", "phrase"),
+    ("The answer is 3. Then again the answer is 4.", "4", "phrase"),
+    ("The answer is (1, 2)", "(1, 2)", "phrase"),
+    ("to find the answer, we compute 6*7 = 42", "42", "last_number"),
+    ("Natalia sold 48/2 = 24 clips in May.\n#### 72", "72", "gsm8k"),
+    ("#### $1,234", "1,234", "gsm8k"),
+    ("We get 3, then 4, then 5.", "5", "last_number"),
+    ("x2 and y3 are names; value -12", "-12", "last_number"),
+    ("pi is about 3.14159", "3.14159", "last_number"),
+    ("half is 1/2", "1/2", "last_number"),
+    ("no digits at all", None, "none"),
+    ("", None, "none"),
+    # must-not: what only looks like a box, a phrase or a GSM8K line
+    ("\\boxed", None, "none"),
+    ("\\boxed\n5 and then 7", "7", "last_number"),
+    ("see \\fboxsep 4 then 8", "8", "last_number"),
+    ("use \\boxed{} for the result: 9", "9", "last_number"),
+    ("What is the answer? 3 + 4 = 7", "7", "last_number"),
+    ("My answer is 5, no wait, 6", "6", "last_number"),
+    ("#### Step 2: add the pens\nThe total is 15 pens.", "15", "last_number"),
+    ("#### 1. Setting up\n2 + 2 = 4", "4", "last_number"),
+    ("#### 72 apples", "72", "gsm8k"),
+    ("#### 72.\nDone.", "72", "gsm8k"),
+    ("####-5", "-5", "gsm8k"),
+    ("#### 5" + " " * 50_000 + "x", "5", "last_number"),
+]
+
+
+@pytest.mark.parametrize(("text", "answer", "method"), EXTRACTION)
+def test_extraction(text: str, answer: str | None, method: str) -> None:
+    got = extract_answer(text)
+    assert (got.answer, got.method) == (answer, method)
+
+
+def test_unclosed_last_box_is_not_an_answer() -> None:
+    got = extract_answer("first \\boxed{3}, finally \\boxed{\\frac{1}{")
+    assert got.answer is None and got.method == "none" and got.box is not None and not got.box.closed
+
+
+def test_box_offsets_cover_the_box() -> None:
+    text = "ab \\boxed{1{2}3} cd"
+    box = last_box(text)
+    assert box is not None and text[box.start : box.end] == "\\boxed{1{2}3}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["\\boxed{" * 10_000, "{" * 10_000 + "\\boxed{" + "{" * 10_000 + "}" * 9_999, "}" * 5000 + "\\boxed{1}}}}"],
+)
+def test_extraction_survives_deep_and_unbalanced_braces(text: str) -> None:
+    start = time.perf_counter()
+    extract_answer(text)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_extraction_is_fast_on_a_megabyte() -> None:
+    text = ("lorem ipsum 12 dolor " * 50_000)[:1_000_000] + " the answer is 7"
+    start = time.perf_counter()
+    assert extract_answer(text).answer == "7"
+    assert time.perf_counter() - start < 1.0
+
+
+# (raw answer, normalized form)
+NORMALIZATION = [
+    ("$42$", "42"),
+    ("\\(42\\)", "42"),
+    ("\\[42\\]", "42"),
+    ("42.", "42"),
+    ("\\text{42}", "42"),
+    ("\\textbf{42}", "42"),
+    ("\\mathrm{42}", "42"),
+    ("\\mathbf{42}", "42"),
+    ("\\dfrac{1}{2}", "\\frac{1}{2}"),
+    ("\\tfrac{1}{2}", "\\frac{1}{2}"),
+    (" 4 2 ", "42"),
+    ("1,000,000", "1000000"),
+    ("042", "42"),
+    ("-007", "-7"),
+    ("100", "100"),
+    ("0.5", "0.5"),
+    ("\\left( 1, 2 \\right)", "(1,2)"),
+    ("30^\\circ", "30"),
+    ("30^{\\circ}", "30"),
+    ("30\u00b0", "30"),
+    ("50\\%", "50"),
+    ("50%", "50"),
+    ("\\$5", "5"),
+    ("x = 5", "5"),
+    ("x=\\frac{1}{2}", "\\frac{1}{2}"),
+    ("\\theta = 2\\pi", "2\\pi"),
+    ("x \\in [0, 1]", "[0,1]"),
+    ("\u22125", "-5"),
+    ("1\\,000", "1000"),
+    ("1{,}000", "1000"),
+    ("5\\text{ cm}", "5"),
+    ("12 \\mbox{ apples}", "12"),
+    ("\\text{Evelyn}", "Evelyn"),
+    ("2\\text{ and }3", "2and3"),
+    ("\\pi r^2", "\\pi r^2"),
+    ("{7}", "7"),
+    ("+5", "5"),
+    ("\\displaystyle\\frac{1}{2}", "\\frac{1}{2}"),
+    ("\u221a2", "\\sqrt2"),
+]
+
+
+@pytest.mark.parametrize(("raw", "norm"), NORMALIZATION)
+def test_normalization(raw: str, norm: str) -> None:
+    assert normalize_answer(raw) == norm
+
+
+# (text, value) for the safe evaluator; None means "cannot decide"
+EVALUATOR = [
+    ("42", Fraction(42)),
+    ("-3", Fraction(-3)),
+    ("0.25", Fraction(1, 4)),
+    (".5", Fraction(1, 2)),
+    ("\\frac{3}{4}", Fraction(3, 4)),
+    ("\\frac34", Fraction(3, 4)),
+    ("\\frac{1}{2^{99}}", Fraction(1, 2**99)),
+    ("2^{10}", Fraction(1024)),
+    ("2^{-2}", Fraction(1, 4)),
+    ("\\sqrt{16}", Fraction(4)),
+    ("\\sqrt[3]{27}", Fraction(3)),
+    ("\\sqrt{\\frac{9}{4}}", Fraction(3, 2)),
+    ("8^{\\frac{2}{3}}", Fraction(4)),
+    ("5!", Fraction(120)),
+    ("\\binom{6}{2}", Fraction(15)),
+    ("2(3+4)", Fraction(14)),
+    ("3\\cdot4", Fraction(12)),
+    ("12\\div4", Fraction(3)),
+    ("-(2-5)", Fraction(3)),
+    ("x+1", None),
+    ("\\sin{1}", None),
+    ("1/0", None),
+    ("10^{10^{10}}", None),
+    ("\\sqrt{-1}", None),
+    ("(-8)^{\\frac{1}{2}}", None),
+    ("{" * 500 + "1" + "}" * 500, None),
+    ("(" * 30 + "1" + ")" * 30, Fraction(1)),
+    ("1+", None),
+    ("", None),
+]
+
+
+@pytest.mark.parametrize(("text", "value"), EVALUATOR)
+def test_safe_evaluator(text: str, value: Fraction | None) -> None:
+    assert latex_value(text) == value
+
+
+def test_evaluator_floats() -> None:
+    assert latex_value("2\\pi") == pytest.approx(6.283185307179586)
+    assert latex_value("\\frac{\\sqrt{3}}{2}") == pytest.approx(0.8660254037844386)
+    assert latex_value("-\\infty") == float("-inf")
+
+
+# Issue 2, reward item 4, bullet by bullet: (bullet, [(pred, gold) that must match], [(pred, gold) that must not]).
+NORMALIZATION_BULLETS = [
+    ("enclosing $..$ / \\(..\\)", [("$42$", "42"), ("\\(42\\)", "42"), ("\\[\\frac{1}{2}\\]", "0.5")],
+     [("$42$", "4"), ("\\(42\\)", "24")]),
+    ("trailing periods", [("42.", "42"), ("\\frac{1}{2}.", "0.5")], [("42.5", "42"), ("4.2", "42")]),
+    ("text/textbf/mathrm/mathbf wrappers",
+     [("\\text{42}", "42"), ("\\textbf{42}", "42"), ("\\mathrm{42}", "42"), ("\\mathbf{42}", "42")],
+     [("\\text{43}", "42"), ("\\textbf{7}", "1"), ("\\mathrm{4}2", "4")]),
+    ("dfrac/tfrac -> frac", [("\\dfrac{1}{2}", "\\frac{1}{2}"), ("\\tfrac{3}{4}", "0.75")],
+     [("\\dfrac{2}{1}", "\\frac{1}{2}"), ("\\tfrac{1}{3}", "0.3")]),
+    ("whitespace", [(" 42 ", "42"), ("2 \\pi", "2\\pi")], [("1 2", "1,2"), ("\\pi r", "\\pi")]),
+    ("thousands commas", [("1,000", "1000"), ("12,345,678", "12345678")],
+     [("5,7", "57"), ("1,2", "12"), ("1,000", "1"), ("1,00", "100")]),
+    ("leading zeros", [("042", "42"), ("007", "7"), ("00", "0")], [("0.42", "42"), ("042", "0.42"), ("0", "10")]),
+    ("left/right", [("\\left(1,2\\right)", "(1,2)"), ("\\left[0,1\\right)", "[0,1)")],
+     [("\\left(1,2\\right)", "\\left[1,2\\right]"), ("\\left(1,2\\right)", "(2,1)")]),
+    ("degree signs", [("30^\\circ", "30"), ("30^{\\circ}", "30"), ("30\u00b0", "30")],
+     [("30^\\circ", "60"), ("30^2", "30"), ("30^{\\circ}", "3")]),
+    ("percent", [("50\\%", "50"), ("50%", "50")], [("50\\%", "0.5"), ("50\\%", "5")]),
+    ("dollar signs", [("\\$18", "18"), ("\\$1,800", "1800")], [("\\$18", "1.8"), ("\\$1,800", "18")]),
+    ("x = 5 -> 5", [("x = 5", "5"), ("x=\\frac{1}{2}", "0.5"), ("n = 7", "n=7")],
+     [("x = 5", "x = 6"), ("x = 5", "-5"), ("x \\le 5", "5"), ("x > 5", "5")]),
+    ("unicode minus", [("\u22125", "-5"), ("\u2212 5", "-5")], [("\u22125", "5"), ("\u2212 5", "5")]),
+    ("1\\,000", [("1\\,000", "1000"), ("1{,}000", "1000")], [("1\\,000", "1"), ("1\\,000", "(1,0)")]),
+    ("relative numeric tolerance",
+     [("\\frac{\\pi}{10^{7}}", "10^{-7}\\pi"), ("2\\sqrt{2}", "\\sqrt{8}"), ("1e-7", "1e-7")],
+     [("10^{-7}\\pi", "2\\cdot10^{-7}\\pi"), ("\\frac{\\pi}{2^{99}}", "\\frac{\\pi}{2^{98}}"),
+      ("0.0000001", "0.0000002"), ("1000000000001", "1000000000000"), ("\\sqrt{2}", "1.41"), ("0", "1e-300")]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("bullet", "pred", "gold", "equal"),
+    [(b, p, g, True) for b, yes, _ in NORMALIZATION_BULLETS for p, g in yes]
+    + [(b, p, g, False) for b, _, no in NORMALIZATION_BULLETS for p, g in no],
+)
+def test_normalization_bullets(bullet: str, pred: str, gold: str, equal: bool) -> None:
+    assert answers_equal(pred, gold) is equal, bullet
+
+
+def test_relative_tolerance() -> None:
+    assert not values_equal(1e-7, 2e-7)
+    assert not values_equal(Fraction(1, 2**99), Fraction(1, 2**98))
+    assert not values_equal(2.0**-99, 2.0**-98)
+    assert values_equal(1e-7, 1e-7 * (1 + 1e-9))
+    assert values_equal(1e12, 1e12 + 1)
+    assert not values_equal(0.0, 1e-300)
+    assert values_equal(float("inf"), float("inf"))
+
+
+# (prediction, gold): must be judged equal
+MUST_MATCH = [
+    ("42", "42"),
+    ("042", "42"),
+    ("42.0", "42"),
+    ("$42$", "42"),
+    ("\\text{42}", "42"),
+    ("42.", "42"),
+    ("1,000", "1000"),
+    ("1\\,000", "1000"),
+    ("\u22125", "-5"),
+    ("x = 5", "5"),
+    ("50\\%", "50"),
+    ("\\$18", "18"),
+    ("30^\\circ", "30"),
+    ("\\dfrac{1}{2}", "\\frac{1}{2}"),
+    ("\\frac12", "\\frac{1}{2}"),
+    ("1/2", "\\frac{1}{2}"),
+    ("0.5", "\\frac{1}{2}"),
+    ("\\frac{2}{4}", "\\frac{1}{2}"),
+    ("\\frac{\\sqrt{3}}{2}", "\\frac{\\sqrt3}{2}"),
+    ("\\frac{\\sqrt{3}}{2}", "\\frac{1}{2}\\sqrt{3}"),
+    ("\\sqrt{12}", "2\\sqrt{3}"),
+    ("2\\pi", "2 \\pi"),
+    ("\\pi \\cdot 2", "2\\pi"),
+    ("\\left(1, 2\\right)", "(1,2)"),
+    ("(1, 2)", "(1,2)"),
+    ("(0.5, 2)", "(\\frac{1}{2}, 2)"),
+    ("[0, \\infty)", "[0,\\infty)"),
+    ("(-\\infty, 3]", "(-\\infty,3]"),
+    ("\\{3, 1, 2\\}", "\\{1,2,3\\}"),
+    ("3, -2", "-2, 3"),
+    ("5\\text{ cm}", "5"),
+    ("\\textbf{Evelyn}", "\\text{evelyn}"),
+    ("2^{10}", "1024"),
+    ("1e-7", "1e-7"),
+    ("\\frac{1}{2^{99}}", "2^{-99}"),
+    ("x^2+2x+1", "(x+1)^2"),
+    ("\\sin x", "\\sin(x)"),
+]
+
+# (prediction, gold): must be judged different
+MUST_NOT_MATCH = [
+    ("41", "42"),
+    ("420", "42"),
+    ("4.2", "42"),
+    ("-42", "42"),
+    ("0.33", "\\frac{1}{3}"),
+    ("\\frac{1}{3}", "0.3333"),
+    ("3.14", "\\pi"),
+    ("0.0000001", "0.0000002"),
+    ("\\frac{1}{2^{99}}", "\\frac{1}{2^{98}}"),
+    ("(1, 2)", "(2, 1)"),
+    ("(1, 2)", "[1, 2]"),
+    ("[0, \\infty)", "(0, \\infty)"),
+    ("(1, 2, 3)", "(1, 2)"),
+    ("12", "(1, 2)"),
+    ("\\{1, 2\\}", "\\{1, 3\\}"),
+    ("2\\pi", "\\pi"),
+    ("\\sqrt{2}", "2"),
+    ("none", "5"),
+    ("yes", "no"),
+    ("", "5"),
+    ("1000", "100"),
+    ("10^{10^{10}}", "1"),
+    ("x^2+1", "(x+1)^2"),
+]
+
+
+@pytest.mark.parametrize(("pred", "gold"), MUST_MATCH)
+def test_must_match(pred: str, gold: str) -> None:
+    assert answers_equal(pred, gold)
+
+
+@pytest.mark.parametrize(("pred", "gold"), MUST_NOT_MATCH)
+def test_must_not_match(pred: str, gold: str) -> None:
+    assert not answers_equal(pred, gold)
+
+
+def test_none_never_matches() -> None:
+    assert not answers_equal(None, "5") and not answers_equal("5", None)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold"),
+    [p for p in MUST_MATCH + MUST_NOT_MATCH if not any(s in p[0] + p[1] for s in ("x", "\\sin", "10^{10^"))],
+)
+def test_fast_path_decides_constant_answers(pred: str, gold: str, monkeypatch) -> None:
+    """Constant answers never reach math-verify: the symbolic backend raises if called."""
+    import rft.reward.symbolic
+
+    def boom(*_args):
+        raise AssertionError("symbolic path reached for a constant answer")
+
+    monkeypatch.setattr(rft.reward.symbolic, "symbolic_equal", boom)
+    answers_equal(pred, gold)
+
+
+def test_symbolic_only_when_fast_path_undecided(monkeypatch) -> None:
+    import rft.reward.symbolic
+
+    seen: list[tuple[str, str]] = []
+
+    def record(p: str, g: str) -> bool:
+        seen.append((p, g))
+        return True
+
+    monkeypatch.setattr(rft.reward.symbolic, "symbolic_equal", record)
+    assert answers_equal("\\sin x + 1", "1 + \\sin x")
+    assert not answers_equal("7", "8") and answers_equal("\\frac{14}{2}", "7")
+    assert answers_equal("x^2 + 1", "1 + x^2") and not answers_equal("x^2", "x^3")
+    assert seen == [("\\sin x+1", "1+\\sin x")]
+
+
+@pytest.mark.parametrize(
+    ("text", "parts"),
+    [
+        ("(1,2)", ("(", ["1", "2"], ")")),
+        ("[0,\\infty)", ("[", ["0", "\\infty"], ")")),
+        ("\\{1,(2,3)\\}", ("\\{", ["1", "(2,3)"], "\\}")),
+        ("1,2", ("", ["1", "2"], "")),
+        ("(5)", None),
+        ("(1,2", None),
+        ("\\frac{1,2}{3}", None),
+    ],
+)
+def test_split_sequence(text: str, parts) -> None:
+    assert split_sequence(text) == parts
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "verdict"),
+    [
+        ("x+1", "1+x", True),
+        ("(x+1)^2", "x^2+2x+1", True),
+        ("\\frac{x^2-1}{x-1}", "x+1", True),
+        ("\\frac{1}{x}+\\frac{1}{y}", "\\frac{x+y}{xy}", True),
+        ("\\pi r^2", "r^2\\pi", True),
+        ("\\sqrt{x^2}", "x", True),
+        ("x^2+1", "x^2-1", False),
+        ("2x", "x+y", None),
+        ("\\sin x", "\\sin(x)", None),
+        ("xyz", "zyx", False),  # prose-like: compared as words
+        ("listen", "silent", False),
+        ("a_1+1", "1+a_1", None),
+        ("(x,1)", "(x,2)", False),
+        ("5", "5", True),
+    ],
+)
+def test_compare_fast_with_variables(pred: str, gold: str, verdict) -> None:
+    assert compare_fast(normalize_answer(pred), normalize_answer(gold)) is verdict
+
+
+def test_answer_length_is_capped() -> None:
+    assert len(normalize_answer("1" * 100_000)) <= answer_mod.MAX_ANSWER_CHARS

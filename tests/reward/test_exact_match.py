@@ -1,0 +1,366 @@
+"""The reward: response isolation, Harmony, truncation, grading, schemes, and OpenRLHF's real call path."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rft.reward.exact_match import (
+    EXTRA_LOG_KEYS,
+    Grade,
+    grade,
+    harmony_final,
+    isolate_response,
+    make_reward_func,
+    reward_value,
+    scheme_from_env,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+REWARD_FILE = ROOT / "reward_func_em.py"
+
+QWEN_PROMPT = (
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+    "If 3 boxes hold 12 apples each, and 7 are eaten, how many remain? "
+    "Please reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n"
+)
+HARMONY_PROMPT = (
+    "<|start|>system<|message|>You are ChatGPT.\nCurrent date: 2025-01-01\nReasoning: medium<|end|>"
+    "<|start|>user<|message|>What is 6 times 7? Put your final answer in \\boxed{}. Example: \\boxed{99}<|end|>"
+    "<|start|>assistant"
+)
+
+
+def harmony(analysis: str, final: str | None, end: str = "<|return|>") -> str:
+    """A gpt-oss response: analysis message, then (optionally) the final message."""
+    text = f"<|channel|>analysis<|message|>{analysis}<|end|>"
+    if final is not None:
+        text += f"<|start|>assistant<|channel|>final<|message|>{final}{end}"
+    return text
+
+
+def load_reward_module(name: str = "reward_func"):
+    """Load reward_func_em.py exactly as openrlhf/utils/agent.py (0.9.3) does."""
+    spec = importlib.util.spec_from_file_location(name, str(REWARD_FILE))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------------------------------------------
+# Response isolation
+# ---------------------------------------------------------------------------------------------------
+
+RESPONSE = "3*12 = 36, minus 7 gives \\boxed{29}.<|im_end|>"
+
+
+@pytest.mark.parametrize(
+    ("query", "prompt"),
+    [
+        (QWEN_PROMPT + RESPONSE, QWEN_PROMPT),  # exact prefix
+        ("<|endoftext|>" + QWEN_PROMPT + RESPONSE, QWEN_PROMPT),  # decode added a BOS
+        (QWEN_PROMPT[120:] + RESPONSE, QWEN_PROMPT),  # prompt left-truncated by OpenRLHF
+        (QWEN_PROMPT.replace("step by step", "step  by\tstep").replace("\n<|im_start|>assistant\n",
+                                                                      " \n <|im_start|> assistant \n")
+         + RESPONSE, QWEN_PROMPT),  # re-spaced by the tokenizer
+        (QWEN_PROMPT.replace("You are", "Ты") .replace("apples", "pears")[:-10] + "assistant\n" + RESPONSE,
+         QWEN_PROMPT.replace("apples", "oranges and more")[:-30] + "unrelated"),  # only the chat header helps
+    ],
+)
+def test_isolation_finds_the_response(query: str, prompt: str) -> None:
+    assert isolate_response(query, prompt).strip() == RESPONSE
+
+
+def test_isolation_keeps_prompt_numbers_out() -> None:
+    """A prompt full of numbers and a boxed example; the response has no answer: nothing to credit."""
+    g = grade(isolate_response(QWEN_PROMPT + "I am not sure.<|im_end|>", QWEN_PROMPT), "12")
+    assert (g.has_answer, g.correct) == (False, False)
+    q = HARMONY_PROMPT + harmony("thinking", "no idea")
+    g = grade(isolate_response(q, HARMONY_PROMPT), "99")
+    assert (g.has_answer, g.correct, g.has_boxed) == (False, False, False)
+
+
+def test_isolation_without_prompt_returns_query() -> None:
+    assert isolate_response("abc", "") == "abc"
+    assert isolate_response("abc", None) == "abc"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Harmony, truncation, grading
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_harmony_final_message() -> None:
+    text = harmony("a \\boxed{1}", "Answer: \\boxed{2}")
+    final, offset = harmony_final(text)
+    assert final == "Answer: \\boxed{2}" and text[offset:].startswith(final)
+    assert harmony_final(harmony("only analysis", None)) == ("", len(harmony("only analysis", None)))
+
+
+# (response, label, finished, expected (correct, answer, method, has_answer, has_boxed, truncated))
+GRADES = [
+    # Qwen-style
+    ("so \\boxed{29}<|im_end|>", "29", None, (True, "29", "boxed", True, True, False)),
+    ("so \\boxed{28}<|im_end|>", "29", None, (False, "28", "boxed", True, True, False)),
+    ("The answer is 29.<|im_end|>", "29", None, (True, "29", "phrase", True, False, False)),
+    ("36 - 7 = 29<|im_end|><|endoftext|>", "29", None, (True, "29", "last_number", True, False, False)),
+    ("Natalia sold 24.\n#### 72<|im_end|>", "72", None, (True, "72", "gsm8k", True, False, False)),
+    # Truncated: no end-of-turn text -> no fallback credit; a closed box still counts
+    ("36 - 7 = 29 and then", "29", None, (False, None, "none", False, False, True)),
+    ("The answer is 29", "29", None, (False, None, "none", False, False, True)),
+    ("so \\boxed{29} and more rambling", "29", None, (True, "29", "boxed", True, True, True)),
+    ("so \\boxed{29} then \\boxed{\\frac{1}{", "29", None, (False, None, "none", False, False, True)),
+    ("done \\boxed{29}<|im_end|>", "29", False, (True, "29", "boxed", True, True, True)),
+    ("36 - 7 = 29", "29", True, (True, "29", "last_number", True, False, False)),
+    ("The answer is 29.", "29", False, (False, None, "none", False, False, True)),
+    ("3 * 12 = 36 apples, 36 - 7 = 29.\n#### 29", "29", False, (False, None, "none", False, False, True)),
+    # An unclosed last box marks truncation even with end-of-turn text: no fallback to the phrase before it
+    ("The answer is 29. Check: \\boxed{29<|im_end|>", "29", None, (False, None, "none", False, False, True)),
+    # Harmony: final channel only
+    (harmony("maybe \\boxed{41}", "So \\boxed{42}."), "42", None, (True, "42", "boxed", True, True, False)),
+    (harmony("it is \\boxed{42}", "The answer is 41"), "42", None, (False, "41", "phrase", True, False, False)),
+    (harmony("it is \\boxed{42}", "I could not finish"), "42", None, (False, None, "none", False, False, False)),
+    (harmony("it is \\boxed{42} so 42", None, ""), "42", None, (False, None, "none", False, False, True)),
+    (harmony("ok", "42", end=""), "42", None, (False, None, "none", False, False, True)),
+    (harmony("ok", "\\boxed{42}", end=""), "42", None, (True, "42", "boxed", True, True, True)),
+    (harmony("ok", "\\boxed{42}", end="<|end|>"), "42", None, (True, "42", "boxed", True, True, True)),
+    ("<|channel|>final <|constrain|>text<|message|>\\boxed{7}<|return|>", "7", None,
+     (True, "7", "boxed", True, True, False)),
+    # Harmony decoded without special tokens (skip_special_tokens=True)
+    ("analysisMaybe \\boxed{41}.assistantfinalIt is \\boxed{42}.", "42", True, (True, "42", "boxed", True, True, False)),
+    # Symbolic labels
+    ("\\boxed{\\dfrac{\\sqrt{3}}{2}}<|im_end|>", "\\frac{\\sqrt{3}}{2}", None,
+     (True, "\\dfrac{\\sqrt{3}}{2}", "boxed", True, True, False)),
+    ("\\boxed{[0, \\infty)}<|im_end|>", "[0,\\infty)", None, (True, "[0, \\infty)", "boxed", True, True, False)),
+]
+
+
+@pytest.mark.parametrize(("response", "label", "finished", "expected"), GRADES)
+def test_grade(response: str, label: str, finished: bool | None, expected: tuple) -> None:
+    g = grade(response, label, finished=finished)
+    assert (g.correct, g.answer, g.method, g.has_answer, g.has_boxed, g.truncated) == expected
+
+
+def test_boxed_in_final() -> None:
+    assert grade("x " * 100 + "\\boxed{3}<|im_end|>", "3").boxed_in_final
+    assert not grade("\\boxed{3}" + " then I checked it" * 20 + "<|im_end|>", "3").boxed_in_final
+    long_analysis = harmony("think " * 500, "\\boxed{3}")
+    assert grade(long_analysis, "3").boxed_in_final
+
+
+@pytest.mark.parametrize("label", [None, "", "   ", b"", True])
+def test_bad_labels_score_and_log(label, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="rft.reward.exact_match"):
+        g = grade("\\boxed{5}<|im_end|>", label)
+    assert not g.correct and g.has_answer
+    assert any("label" in r.getMessage() for r in caplog.records)
+
+
+def test_numeric_labels_are_accepted() -> None:
+    assert grade("\\boxed{5}<|im_end|>", 5).correct
+    assert grade("\\boxed{5}<|im_end|>", "005").correct
+
+
+HOSTILE = [
+    "",
+    "x" * 1_000_000,
+    "\\boxed{" * 10_000,
+    "{" * 10_000 + "}" * 10_000 + "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_001 + "<|im_end|>",
+    "}}}{{{\\boxed{1}}}}{{{" * 1000,
+    "\\boxed{\\frac{1}{2}",
+    bytes(random.Random(0).getrandbits(8) for _ in range(100_000)).decode("latin-1"),
+    "the answer is " * 50_000,
+    "#### " * 100_000,
+    "1," * 300_000,
+    harmony("\\boxed{1}" * 10_000, "\\boxed{" * 5000),
+    "<|channel|>" * 50_000,
+    "\x00\ud800\uffff" * 1000,
+]
+
+
+@pytest.mark.parametrize("response", HOSTILE, ids=[f"hostile{i}" for i in range(len(HOSTILE))])
+@pytest.mark.parametrize("label", ["5", None, "\\frac{\\sqrt{3}}{2}", "x+1"])
+def test_never_raises_never_hangs(response: str, label) -> None:
+    fn = make_reward_func("signed")
+    start = time.perf_counter()
+    out = fn([QWEN_PROMPT + response], [QWEN_PROMPT], [label])
+    assert time.perf_counter() - start < 5.0
+    assert out["rewards"].shape == (1,) and float(out["rewards"][0]) in (1.0, -1.0, -0.5)
+
+
+def test_reward_func_survives_missing_and_odd_arguments() -> None:
+    fn = make_reward_func()
+    out = fn(["\\boxed{1}<|im_end|>", None, b"\\boxed{2}<|im_end|>"], None, None)
+    assert out["rewards"].tolist() == [0.0, 0.0, 0.0]
+    assert fn([], [], [])["rewards"].shape == (0,)
+    out = fn(["p\\boxed{2}<|im_end|>", "p\\boxed{3}<|im_end|>"], ["p"], ["2"])
+    assert out["scores"].tolist() == [1.0, 0.0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Schemes and the OpenRLHF contract
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_schemes() -> None:
+    right, wrong, empty = grade("\\boxed{1}<|im_end|>", "1"), grade("\\boxed{2}<|im_end|>", "1"), grade("", "1")
+    assert [reward_value(g, "binary") for g in (right, wrong, empty)] == [1.0, 0.0, 0.0]
+    assert [reward_value(g, "signed") for g in (right, wrong, empty)] == [1.0, -1.0, -0.5]
+
+
+def test_scheme_from_env() -> None:
+    assert scheme_from_env({}) == "binary"
+    assert scheme_from_env({"RFT_REWARD_SCHEME": " Signed "}) == "signed"
+    with pytest.raises(ValueError, match="RFT_REWARD_SCHEME='bogus'"):
+        scheme_from_env({"RFT_REWARD_SCHEME": "bogus"})
+
+
+def test_scheme_is_read_when_the_file_is_loaded(monkeypatch) -> None:
+    monkeypatch.setenv("RFT_REWARD_SCHEME", "signed")
+    signed = load_reward_module()
+    monkeypatch.setenv("RFT_REWARD_SCHEME", "binary")
+    binary = load_reward_module()
+    args = ([QWEN_PROMPT + "no idea<|im_end|>"], [QWEN_PROMPT], ["29"])
+    assert float(signed.reward_func(*args)["rewards"][0]) == -0.5
+    assert float(binary.reward_func(*args)["rewards"][0]) == 0.0
+    monkeypatch.setenv("RFT_REWARD_SCHEME", "bogus")
+    with pytest.raises(ValueError, match="RFT_REWARD_SCHEME"):
+        load_reward_module()
+
+
+QWEN_RESPONSE = "3 boxes of 12 is 36. 36 - 7 = 29.\n\nThe final answer is $\\boxed{29}$.<|im_end|>"
+GSM8K_RESPONSE = "3 * 12 = 36 apples. 36 - 7 = 29 apples remain.\n#### 29<|im_end|>"
+HARMONY_RESPONSE = harmony("6*7... is it \\boxed{41}? No: 42.", "6 \\times 7 = \\boxed{42}")
+
+
+def test_openrlhf_loading_and_threaded_calls() -> None:
+    """Loaded by file path and called through asyncio.to_thread, as agent.py does."""
+    module = load_reward_module()
+
+    async def score(query: str, prompt: str, label: str) -> dict:
+        return await asyncio.to_thread(module.reward_func, [query], [prompt], [label])
+
+    async def main() -> list[dict]:
+        return await asyncio.gather(
+            score(QWEN_PROMPT + QWEN_RESPONSE, QWEN_PROMPT, "29"),
+            score(QWEN_PROMPT + GSM8K_RESPONSE, QWEN_PROMPT, "29"),
+            score(HARMONY_PROMPT + HARMONY_RESPONSE, HARMONY_PROMPT, "42"),
+            score(HARMONY_PROMPT + HARMONY_RESPONSE, HARMONY_PROMPT, "41"),
+            score(QWEN_PROMPT + "\\boxed{x^2-1}<|im_end|>", QWEN_PROMPT, "(x-1)(x+1)"),
+        )
+
+    results = asyncio.run(main())
+    assert [float(r["rewards"][0]) for r in results] == [1.0, 1.0, 1.0, 0.0, 1.0]
+    assert [float(r["extra_logs"]["parse_method"][0]) for r in results] == [2.0, 1.0, 2.0, 2.0, 2.0]
+    for r in results:
+        assert set(r["extra_logs"]) == set(EXTRA_LOG_KEYS)
+        for v in [r["rewards"], r["scores"], *r["extra_logs"].values()]:
+            assert isinstance(v, torch.Tensor) and v.dtype.is_floating_point and v.shape == (1,)
+
+
+_OPENRLHF_PATH_SCRIPT = r"""
+import asyncio, json, sys, types
+sys.path.insert(0, sys.argv[1])
+from tiny_model import build_tokenizer
+from openrlhf.utils.agent import SingleTurnAgentExecutor
+from openrlhf.trainer.ppo_utils.experience_maker import SamplesGenerator
+
+tok = build_tokenizer()
+cases = json.loads(sys.argv[3])
+
+class Engine:  # stand-in for a vLLM engine (no GPU): returns a fixed completion
+    def __init__(self, text, finish_reason):
+        self.text, self.finish_reason = text, finish_reason
+    async def generate(self, prompt_token_ids, sampling_params):
+        ids = tok(self.text, add_special_tokens=False)["input_ids"]
+        out = types.SimpleNamespace(token_ids=ids, text=self.text, finish_reason=self.finish_reason, logprobs=None)
+        return types.SimpleNamespace(outputs=[out])
+
+executor = SingleTurnAgentExecutor(remote_rm_url=sys.argv[2])
+sg = SamplesGenerator(strategy=types.SimpleNamespace(args=types.SimpleNamespace()), prompts_dataloader=None,
+                      eval_dataloader=None, tokenizer=tok, vllm_engines=[])
+results = []
+for prompt, response, label, finish in cases:
+    params = types.SimpleNamespace(max_tokens=512, logprobs=None)
+    out = asyncio.run(executor.execute(prompt, label, params, 4096, tok, Engine(response, finish)))
+    exp = sg._process_response_into_experience(out, prompt_max_len=1024, max_new_tokens=1024)
+    results.append({"reward": exp.rewards.tolist(), "score": exp.scores.tolist(),
+                    "info": {k: v.tolist() for k, v in exp.info.items()}})
+print("RESULTS " + json.dumps(results))
+"""
+
+
+@pytest.mark.slow
+def test_real_openrlhf_executor_and_experience_maker() -> None:
+    """The real SingleTurnAgentExecutor loads our file and decodes prompt+response with a real tokenizer;
+    the real experience maker turns the result into tensors. Only the vLLM engine is a stand-in."""
+    qwen_prompt = QWEN_PROMPT.replace("You are a helpful assistant.", "Current date: 2025-01-01")
+    cases = [
+        (qwen_prompt, QWEN_RESPONSE, "29", "stop"),
+        (qwen_prompt, GSM8K_RESPONSE, "29", "stop"),
+        (qwen_prompt, "36 - 7 = 29 and so on and so", "29", "length"),
+        (HARMONY_PROMPT, HARMONY_RESPONSE, "42", "stop"),
+        (HARMONY_PROMPT, harmony("it is \\boxed{42}", "I give up"), "42", "stop"),
+    ]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "stubs"), DS_ACCELERATOR="cpu", TORCHDYNAMO_DISABLE="1")
+    proc = subprocess.run(
+        [sys.executable, "-c", _OPENRLHF_PATH_SCRIPT, str(ROOT / "tests"), str(REWARD_FILE), json.dumps(cases)],
+        capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300,
+    )
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS ")]
+    assert line, proc.stdout[-2000:] + proc.stderr[-4000:]
+    results = json.loads(line[0][len("RESULTS "):])
+    assert [r["reward"] for r in results] == [[1.0], [1.0], [0.0], [1.0], [0.0]]
+    assert [r["info"]["parse_method"] for r in results] == [[2.0], [1.0], [0.0], [2.0], [0.0]]
+    assert [r["info"]["truncated_response"] for r in results] == [[0.0], [0.0], [1.0], [0.0], [0.0]]
+    for r in results:
+        assert set(EXTRA_LOG_KEYS) <= set(r["info"])
+
+
+def test_grade_dataclass_fields() -> None:
+    """The interface other helpers code against."""
+    assert list(Grade.__dataclass_fields__) == [
+        "correct", "answer", "method", "has_answer", "has_boxed", "boxed_in_final", "truncated",
+    ]
+
+
+def test_loads_from_a_checkout_without_install(tmp_path: Path) -> None:
+    """`python -S` hides site-packages (and our installed package): the file finds `rft/` beside itself."""
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('reward_func', {str(REWARD_FILE)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "import json; cases = json.loads(sys.argv[1])\n"
+        "print([float(m.reward_func([q], [p], [lab])['rewards'][0]) for p, q, lab in cases])\n"
+    )
+    cases = [
+        (QWEN_PROMPT, QWEN_PROMPT + QWEN_RESPONSE, "29"),
+        (QWEN_PROMPT, QWEN_PROMPT + GSM8K_RESPONSE, "29"),
+        (HARMONY_PROMPT, HARMONY_PROMPT + HARMONY_RESPONSE, "42"),
+        (HARMONY_PROMPT, HARMONY_PROMPT + HARMONY_RESPONSE, "41"),
+    ]
+    proc = subprocess.run([sys.executable, "-S", "-c", code, json.dumps(cases)], capture_output=True, text=True,
+                          cwd=str(tmp_path), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[1.0, 1.0, 1.0, 0.0]"
+
+
+def test_isolation_is_bounded_on_large_mismatched_input(caplog) -> None:
+    query = "x" * 1_000_000 + " a" * 200_000
+    prompt = "y z " * 300 + "w" * 100
+    start = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="rft.reward.exact_match"):
+        assert len(isolate_response(query, prompt)) == len(query) - len(prompt)
+    assert time.perf_counter() - start < 1.0
+    assert any("could not locate the prompt" in r.getMessage() for r in caplog.records)

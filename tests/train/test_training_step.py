@@ -1,0 +1,121 @@
+"""The patched `ActorPPOTrainer.training_step` / `ppo_train` on two real gloo ranks (CPU): grad norm, ratio maxima,
+spike log.
+
+tests/ppo_step_worker.py runs the real patched trainer (real argparse, real DeepSpeed ZeRO-3 engine, tiny LoRA
+Llama) on 2 ranks x 4 micro-batches with gradient accumulation 2, twice: global step 1 with small advantages,
+global step 2 with huge ones. Its spies only observe; the assertions here compare the trainer's status and
+spike log with what DeepSpeed and the loss really produced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from cpu_trainer import free_port
+from patched_openrlhf import (
+    ROOT,
+    patched_openrlhf,  # noqa: F401  (fixture)
+    stub_env,
+)
+
+from rft.train.loss_diag import MAX_REDUCED_KEYS
+from rft.train.metrics import SPIKE_GRAD_NORM
+
+WORLD = 2
+WORKER = ROOT / "tests" / "ppo_step_worker.py"
+
+
+def prompt_hash(ids: list[int]) -> str:
+    """The spike log's prompt hash: sha1 of the prompt token ids as int64, first 16 hex digits."""
+    return hashlib.sha1(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+
+@pytest.fixture(scope="module")
+def run(patched_openrlhf, tmp_path_factory):  # noqa: F811
+    """Both ranks' logs and the spike log lines of one 2-rank run."""
+    out = tmp_path_factory.mktemp("ppo_step")
+    spike = out / "spike_log.jsonl"
+    env = stub_env(patched_openrlhf)
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(ROOT / "tests"), str(ROOT)])
+    env.update(RFT_OPENRLHF_DIR=str(patched_openrlhf), SPIKE_LOG_PATH=str(spike), OMP_NUM_THREADS="1")
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(WORLD), str(port), str(out / f"r{r}.json")],
+                              env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(WORLD)]
+    try:
+        outputs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for r, (p, text) in enumerate(zip(procs, outputs, strict=True)):
+        assert p.returncode == 0, f"rank {r} failed:\n{text[-4000:]}"
+    logs = [json.loads((out / f"r{r}.json").read_text()) for r in range(WORLD)]
+    lines = [json.loads(x) for x in spike.read_text().splitlines()] if spike.exists() else []
+    return logs, lines
+
+
+def _micro(logs, call):
+    """Per rank, the micro-batch records of ppo_train call 1 or 2 (4 each)."""
+    return [log["micro"][4 * (call - 1): 4 * call] for log in logs]
+
+
+@pytest.mark.slow
+def test_grad_norm_is_deepspeeds_at_accumulation_boundaries(run):
+    logs, _ = run
+    for log in logs:
+        # 4 micro-batches, accumulation 2: DeepSpeed stepped during the 2nd and 4th micro-batch of each call
+        assert [b["micro_steps"] for b in log["boundaries"]] == [1, 3, 5, 7]
+        for call, status in enumerate(log["statuses"], start=1):
+            norms = [b["grad_norm"] for b in log["boundaries"][2 * (call - 1): 2 * call]]
+            assert all(math.isfinite(n) and n > 0 for n in norms)
+            assert status["grad_norm"] == pytest.approx(max(norms), rel=1e-6)  # max over the call's steps
+            assert status["grad_norm_steps"] == 2
+        # the first window's norm equals a plain-torch norm of the same loss on a copy of the initial weights
+        assert log["boundaries"][0]["grad_norm"] == pytest.approx(log["reference_grad_norm"], rel=1e-5)
+    assert logs[0]["boundaries"] == logs[1]["boundaries"]  # global norm: the same on every rank
+
+
+@pytest.mark.slow
+def test_ratio_maxima_are_reduced_with_max_over_ranks_and_micro_batches(run):
+    logs, _ = run
+    for call in (1, 2):
+        stats = [m["ratio_stats"] for rank in _micro(logs, call) for m in rank]
+        for log in logs:
+            status = log["statuses"][call - 1]
+            for key in MAX_REDUCED_KEYS:
+                values = [s[key] for s in stats]
+                assert status[key] == pytest.approx(max(values), rel=1e-6), key
+                assert max(values) - sum(values) / len(values) > 0.01  # an average would differ
+            assert status["logratio_min"] == pytest.approx(min(s["logratio_min"] for s in stats), rel=1e-6)
+            assert status["logratio_tokens"] == sum(s["logratio_tokens"] for s in stats)
+        # and the maxima really come from different ranks' micro-batches on some call
+    best = [max(m["ratio_stats"]["ratio_max"] for m in rank) for rank in _micro(logs, 2)]
+    assert best[0] != best[1]
+
+
+@pytest.mark.slow
+def test_spike_log_has_one_rank0_line_per_spiking_step_with_the_windows_prompt_hashes(run):
+    logs, lines = run
+    assert logs[0]["spike_log_after_call_1"] is False  # call 1: every grad norm below the threshold
+    assert all(b["grad_norm"] < SPIKE_GRAD_NORM for log in logs for b in log["boundaries"][:2])
+    assert all(b["grad_norm"] > SPIKE_GRAD_NORM for log in logs for b in log["boundaries"][2:])
+    assert len(lines) == 2  # one per spiking optimizer step, written by rank 0 only
+    micro = _micro(logs, 2)
+    for j, line in enumerate(lines):
+        window = [rank[2 * j: 2 * j + 2] for rank in micro]  # rank 0's micro-batches, then rank 1's
+        assert line["global_step"] == 2
+        assert line["grad_norm"] == pytest.approx(logs[0]["boundaries"][2 + j]["grad_norm"], rel=1e-12)
+        assert line["prompt_hashes"] == [prompt_hash(m["prompt"]) for rank in window for m in rank]
+        stats = [m["ratio_stats"] for rank in window for m in rank]
+        assert line["ratio_max"] == pytest.approx(max(s["ratio_max"] for s in stats), rel=1e-6)
+        assert line["logratio_tokens"] == sum(s["logratio_tokens"] for s in stats)
+    # the hashed ids are exactly the prompts the worker generated (no padding, no response tokens)
+    for log, rank in zip(logs, micro, strict=True):
+        assert sorted(m["prompt"] for m in rank) == sorted(log["prompts"][1])
