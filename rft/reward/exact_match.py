@@ -190,6 +190,15 @@ def harmony_final(text: str) -> tuple[str, int]:
     return text[start : end.start() if end else len(text)], start
 
 
+def harmony_messages(text: str) -> list[tuple[str, str]]:
+    """Every Harmony message as (channel, text), in order; [] when the text has no channel markup."""
+    out = []
+    for m in _HARMONY_HEADER.finditer(text):
+        end = _HARMONY_END.search(text, m.end())
+        out.append((m.group(1).lower(), text[m.end() : end.start() if end else len(text)]))
+    return out
+
+
 def has_end_of_turn(text: str) -> bool:
     """True when the response contains an end-of-turn / end-of-sequence marker."""
     return any(m in text for m in END_OF_TURN)
