@@ -452,12 +452,20 @@ class Judgement:
         return self.score is not None
 
 
-def make_client(cfg: JudgeConfig):
-    """A google-genai client: credentials from the environment, our timeout, the SDK's retries off."""
+def make_client(cfg: JudgeConfig, env: Mapping[str, str] | None = None):
+    """A google-genai client: an API key or Vertex AI from env (as credentials_status reads them), our timeout,
+    and no retry_options, so the SDK itself never retries (Judge owns retries and backoff)."""
     from google import genai
     from google.genai import types
 
+    env = os.environ if env is None else env
     options = types.HttpOptions(base_url=cfg.base_url, timeout=max(1, int(cfg.timeout_s * 1000)))
+    key = env.get("GOOGLE_API_KEY", "").strip() or env.get("GEMINI_API_KEY", "").strip()
+    if key:
+        return genai.Client(api_key=key, http_options=options)
+    if env.get("GOOGLE_GENAI_USE_VERTEXAI", "").strip().lower() in ("1", "true", "yes"):
+        project, location = env.get("GOOGLE_CLOUD_PROJECT"), env.get("GOOGLE_CLOUD_LOCATION", "global")
+        return genai.Client(vertexai=True, project=project, location=location, http_options=options)
     return genai.Client(http_options=options)
 
 
