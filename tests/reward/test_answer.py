@@ -228,15 +228,6 @@ NORMALIZATION_BULLETS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("bullet", "pred", "gold", "equal"),
-    [(b, p, g, True) for b, yes, _ in NORMALIZATION_BULLETS for p, g in yes]
-    + [(b, p, g, False) for b, _, no in NORMALIZATION_BULLETS for p, g in no],
-)
-def test_normalization_bullets(bullet: str, pred: str, gold: str, equal: bool) -> None:
-    assert answers_equal(pred, gold) is equal, bullet
-
-
 def test_relative_tolerance() -> None:
     assert not values_equal(1e-7, 2e-7)
     assert not values_equal(Fraction(1, 2**99), Fraction(1, 2**98))
@@ -439,12 +430,12 @@ MISREAD_FAMILIES = [
 
 
 @pytest.mark.parametrize(
-    ("family", "pred", "gold", "equal"),
-    [(f, p, g, True) for f, yes, _ in MISREAD_FAMILIES for p, g in yes]
-    + [(f, p, g, False) for f, _, no in MISREAD_FAMILIES for p, g in no],
+    ("rule", "pred", "gold", "equal"),
+    [(r, p, g, True) for r, yes, _ in NORMALIZATION_BULLETS + MISREAD_FAMILIES for p, g in yes]
+    + [(r, p, g, False) for r, _, no in NORMALIZATION_BULLETS + MISREAD_FAMILIES for p, g in no],
 )
-def test_misread_families(family: str, pred: str, gold: str, equal: bool) -> None:
-    assert answers_equal(pred, gold) is equal, family
+def test_normalization_rules_and_misread_families(rule: str, pred: str, gold: str, equal: bool) -> None:
+    assert answers_equal(pred, gold) is equal, rule
 
 
 # Issue 14, extraction families: (response text, expected answer, expected method).
