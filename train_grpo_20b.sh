@@ -14,14 +14,15 @@ RUN_NAME="${RUN_NAME:-gpt-oss-20b-grpo}"
 DATA_DIR="${DATA_DIR:-$RFT_ROOT/data}"
 PROMPT_DATA="${PROMPT_DATA:-$DATA_DIR/sft_rl_pool.jsonl}"
 EVAL_DATA="${EVAL_DATA:-$DATA_DIR/probe_set_200_ood.jsonl}"
-REWARD_FUNC="${REWARD_FUNC:-$RFT_ROOT/reward_func_em.py}"
+# REWARD=em (exact match, default) or judge (Gemini-judged reasoning quality); REWARD_FUNC=path overrides.
+REWARD_FUNC="${REWARD_FUNC:-$(rft_reward_func)}"
 rft_storage "$RUN_NAME"  # SAVE_PATH, CKPT_PATH on $DATA_ROOT; METRICS_LOG_DIR, SAMPLES_LOG_DIR, SPIKE_LOG_PATH on $SCRATCH
 # RAY_ADDRESS (if set) makes OpenRLHF join that cluster; unset starts a fresh local Ray.
 
 ARGS=(
     --pretrain "$ACTOR_MODEL"
     --vllm_pretrain "$MODEL"
-    # Reward: pure exact match (reward_func_em.py -> rft.reward.exact_match); eval needs a remote_rm_url in 0.9.3.
+    # Reward: REWARD=em (reward_func_em.py) or judge (reward_func_judge.py); eval needs a remote_rm_url in 0.9.3.
     --remote_rm_url "$REWARD_FUNC"
     --prompt_data "$PROMPT_DATA"
     --input_key input

@@ -38,7 +38,8 @@ case "$DATASET" in
 esac
 PROMPT_DATA="${PROMPT_DATA:-$DEFAULT_TRAIN}"
 EVAL_DATA="${EVAL_DATA:-$DEFAULT_EVAL}"
-REWARD_FUNC="${REWARD_FUNC:-$RFT_ROOT/reward_func_em.py}"
+# REWARD=em (exact match, default) or judge (Gemini-judged reasoning quality); REWARD_FUNC=path overrides.
+REWARD_FUNC="${REWARD_FUNC:-$(rft_reward_func)}"
 RUN_NAME="${RUN_NAME:-small-grpo-$DATASET-$PRESET}"
 OUT_ROOT="${OUT_ROOT:-$RFT_ROOT/runs}"
 SAVE_PATH="${SAVE_PATH:-$OUT_ROOT/$RUN_NAME/model}"

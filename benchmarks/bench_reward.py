@@ -13,10 +13,13 @@ import argparse
 import asyncio
 import importlib.util
 import logging
+import os
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,9 +156,9 @@ def make_set(n: int, symbolic_share: float, seed: int) -> list[Sample]:
     return [make_sample(rng, rng.random() < symbolic_share) for _ in range(n)]
 
 
-def load_ours() -> Callable:
-    """reward_func from reward_func_em.py, loaded by file path exactly as OpenRLHF does."""
-    spec = importlib.util.spec_from_file_location("reward_func", str(ROOT / "reward_func_em.py"))
+def load_ours(file: str = "reward_func_em.py") -> Callable:
+    """reward_func from a reward file, loaded by file path exactly as OpenRLHF does."""
+    spec = importlib.util.spec_from_file_location("reward_func", str(ROOT / file))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.reward_func
@@ -189,10 +192,14 @@ class Result:
     rewards: list[float]
 
 
-async def _score_all(fn: Callable, samples: list[Sample], desc: str) -> tuple[list[float], float, float]:
-    """Call fn per sample via asyncio.to_thread (as agent.py does), all gathered.
+async def _score_all(
+    fn: Callable, samples: list[Sample], desc: str, threads: int | None = None
+) -> tuple[list[float], float, float]:
+    """Call fn per sample via asyncio.to_thread (as agent.py does), all gathered; `threads` sizes the pool.
 
     Returns rewards, wall seconds for the batch, and CPU seconds spent inside the calls."""
+    if threads:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads))
     bar = tqdm(total=len(samples), desc=desc, leave=False)
     cpu = [0.0]
 
@@ -214,9 +221,9 @@ async def _score_all(fn: Callable, samples: list[Sample], desc: str) -> tuple[li
     return list(rewards), elapsed, cpu[0]
 
 
-def run(fn: Callable, samples: list[Sample], desc: str) -> Result:
+def run(fn: Callable, samples: list[Sample], desc: str, threads: int | None = None) -> Result:
     """Score a set and measure it."""
-    rewards, wall, cpu = asyncio.run(_score_all(fn, samples, desc))
+    rewards, wall, cpu = asyncio.run(_score_all(fn, samples, desc, threads))
     acc = sum((r > 0.5) == (s.expected > 0.5) for r, s in zip(rewards, samples, strict=True)) / len(samples)
     return Result(len(samples) / wall, len(samples) / max(cpu, 1e-9), acc, rewards)
 
@@ -229,12 +236,41 @@ def run_direct(fn: Callable, samples: list[Sample]) -> float:
     return len(samples) / (time.perf_counter() - start)
 
 
+def bench_judge(samples: list[Sample], latency_s: float, threads: int, console: Console) -> None:
+    """The judge reward through the same path against a local generateContent server with `latency_s` per call:
+    every response judged (blend), the default correct_only on the same set, and both again as cache hits."""
+    from tests.judge_server import JudgeServer
+
+    table = Table(title=f"judge reward (n={len(samples)}, {threads} threads, judge latency {latency_s:g} s)")
+    for col in ("mode", "cache", "resp/s (path, wall)", "judge calls", "judged share"):
+        table.add_column(col, justify="left" if col in ("mode", "cache") else "right")
+    with JudgeServer(latency_s=latency_s) as server, tempfile.TemporaryDirectory() as tmp:
+        for mode in ("blend", "correct_only"):
+            os.environ.update(GOOGLE_API_KEY="bench", RFT_JUDGE_BASE_URL=server.url, RFT_JUDGE_MODE=mode,
+                              RFT_JUDGE_CACHE=f"{tmp}/{mode}.sqlite", RFT_JUDGE_CONCURRENCY=str(threads),
+                              RFT_JUDGE_RPM="0")  # fmt: skip
+            fn = load_ours("reward_func_judge.py")
+            for cache in ("miss", "hit"):
+                before = len(server.requests)
+                res = run(fn, samples, f"judge {mode} {cache}", threads)
+                calls = len(server.requests) - before
+                judged = sum(s.expected > 0.5 for s in samples) if mode == "correct_only" else len(samples)
+                table.add_row(mode, cache, f"{res.wall_rps:,.1f}", str(calls), f"{judged / len(samples):.0%}")
+    console.print(table)
+    console.print(f"The server answers every call after {latency_s:g} s; concurrency bound {threads}, no rate limit. "
+                  "'hit': the same samples again, every judgement from the sqlite cache.", markup=False,
+                  highlight=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1200, help="samples in each set (mixed and integer-only)")
     ap.add_argument("--symbolic-share", type=float, default=0.3, help="share of symbolic answers in the mixed set")
     ap.add_argument("--seed", type=int, default=0, help="random seed for the generated sets")
     ap.add_argument("--show-errors", type=int, default=0, help="print this many misjudged samples per method")
+    ap.add_argument("--judge-n", type=int, default=320, help="samples for the judge reward's rows (0: skip them)")
+    ap.add_argument("--judge-latency", type=float, default=1.0, help="simulated seconds per judge call")
+    ap.add_argument("--judge-threads", type=int, default=64, help="reward threads (and judge concurrency bound)")
     args = ap.parse_args()
     logging.disable(logging.WARNING)  # math-verify warns once per call site about disabled timeouts
 
@@ -285,6 +321,9 @@ def main() -> None:
                   "resp/s (in-call CPU): samples / CPU seconds spent inside the reward calls (time.thread_time).\n"
                   "resp/s (direct): samples / wall seconds calling the function in a loop on one thread (no path).",
                   markup=False, highlight=False)
+    if args.judge_n:
+        bench_judge(make_set(args.judge_n, args.symbolic_share, args.seed + 3), args.judge_latency,
+                    args.judge_threads, console)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,19 @@ rft_switch() {
     fi
 }
 
+# rft_reward_func: the reward file for REWARD=em (exact match, default) or REWARD=judge (Gemini-judged quality,
+# RFT_JUDGE_* settings, see the README); REWARD_FUNC=path overrides both.
+rft_reward_func() {
+    case "${REWARD:-em}" in
+        em) echo "$RFT_ROOT/reward_func_em.py" ;;
+        judge) echo "$RFT_ROOT/reward_func_judge.py" ;;
+        *)
+            echo "REWARD=$REWARD: expected em or judge" >&2
+            return 2
+            ;;
+    esac
+}
+
 # rft_launch PROFILE FLAGS...: pre-launch checks, then OpenRLHF (a --dry-run among FLAGS stops after the checks).
 rft_launch() {
     local profile="$1"

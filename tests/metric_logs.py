@@ -129,6 +129,21 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
         for row in rows:
             row.update(reward=0.0, reward_mean=0.0, correctness=0.0, has_boxed=0.25, truncated=0.65)
         evals = {}
+    elif name == "judge_failing":
+        # Judge reward: quota trouble from step 25 (failed / asked), the step cost logged.
+        rows = [base_row(s, rng) for s in range(1, STEPS + 1)]
+        for row in rows:
+            s = row["global_step"]
+            row.update(judge_fail_rate=0.02 if s < 25 else 0.3, judge_cost_step_usd=1.5, reward_high_but_wrong=0.0)
+        evals = _binomial_scores(rng, lambda s: 0.38 + 0.004 * s)
+    elif name == "judge_pleasing":
+        # Blend reward: wrong answers paid above their group more and more often.
+        rows = [base_row(s, rng) for s in range(1, STEPS + 1)]
+        for row in rows:
+            s = row["global_step"]
+            row.update(judge_fail_rate=0.0, reward_high_but_wrong=_clip(0.01 + 0.004 * s + rng.gauss(0, 0.005)),
+                       reward_mean_wrong=0.1 + 0.003 * s)  # fmt: skip
+        evals = _binomial_scores(rng, lambda s: 0.38 + 0.004 * s)
     elif name == "upstream_only":
         keep = {"global_step", "timestamp", "reward", "kl", "logprobs_diff", "policy_loss", "actor_lr",
                 "ppo_kl", "ppo_clip_ratio", "response_length", "total_length", "truncated", "group_reward_std"}
@@ -146,7 +161,7 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
 
 
 SCENARIOS = ("healthy", "flat", "spiking", "hacking", "collapsing", "unstable", "truncating", "early_stop",
-             "broken_sync", "smoke_fail", "upstream_only")
+             "broken_sync", "smoke_fail", "upstream_only", "judge_failing", "judge_pleasing")
 
 
 def write_scenario(name: str, directory: Path) -> Path:

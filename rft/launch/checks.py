@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rft.io import atomic_write_json, iter_jsonl_lines, sha256_file
+from rft.launch.judge_check import judge_rule
 from rft.launch.lr_schedule import evaluate, report, schedule_from_args
 from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, format_command, parse_args, resolve_overrides
 from rft.problems import problem_hash
@@ -500,8 +501,11 @@ def sft_gpus(profile: Profile) -> int:
     return int(value) if value.isdigit() else profile.sft_gpus
 
 
-def run_checks(profile: Profile, argv: list[str], *, lr_pool: int | None = None) -> tuple[Report, dict]:
-    """Every check that does not change anything; returns the report and facts for the run record."""
+def run_checks(
+    profile: Profile, argv: list[str], *, lr_pool: int | None = None, judge_live: bool = True
+) -> tuple[Report, dict]:
+    """Every check that does not change anything (but one live judge call with REWARD=judge); returns the
+    report and facts for the run record."""
     rep = Report()
     facts: dict = {}
     patched, patch_out = patch_status()
@@ -536,6 +540,7 @@ def run_checks(profile: Profile, argv: list[str], *, lr_pool: int | None = None)
         rep.errors += placement_rules(a)
         rep.warnings += eval_rule(a)
     facts["data_sha256"] = check_data(a, profile.entry, rep)
+    sched = None
     if profile.entry == "ppo":
         env_pool = os.environ.get("POOL", "").strip()
         try:
@@ -558,6 +563,7 @@ def run_checks(profile: Profile, argv: list[str], *, lr_pool: int | None = None)
                     f"LR preflight: {sched.total_steps} scheduler steps, warm-up {sched.warmup_steps}, "
                     f"{sched.steps_per_rollout:g} per rollout step"
                 )
+        judge_rule(a, rep, sched.rollout_steps if sched is not None else None, live=judge_live)
         needed = gpus_needed(a)
     else:
         needed = sft_gpus(profile)
@@ -580,6 +586,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dry-run", action="store_true", help="print the resolved command and the checks; change nothing"
     )
+    p.add_argument(
+        "--no-judge-check",
+        action="store_true",
+        help="REWARD=judge: skip the one live judge call made before any GPU work (also JUDGE_LIVE_CHECK=0)",
+    )
     p.add_argument("--repo", default=str(ROOT), help="git repository to tag (default: this checkout)")
     p.add_argument("openrlhf_args", nargs=argparse.REMAINDER, help="-- then the OpenRLHF flags")
     return p
@@ -590,12 +601,13 @@ def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     rest = ns.openrlhf_args[1:] if ns.openrlhf_args[:1] == ["--"] else ns.openrlhf_args
     dry_run = ns.dry_run or "--dry-run" in rest
-    rest = [t for t in rest if t != "--dry-run"]
+    judge_live = not (ns.no_judge_check or "--no-judge-check" in rest)
+    rest = [t for t in rest if t not in ("--dry-run", "--no-judge-check")]
     profile = PROFILES[ns.profile]
     rest = resolve_overrides(rest, profile.entry)
     prefix = command_prefix(profile)
     command = format_command(prefix, rest)
-    rep, facts = run_checks(profile, rest)
+    rep, facts = run_checks(profile, rest, judge_live=judge_live)
     repo = Path(ns.repo)
     try:
         state = git_state(repo, os.environ.get("ATTEMPT"))

@@ -113,6 +113,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="median |kl| to the reference below this after 10 steps = barely moving (default: %(default)s)",
     )
     p.add_argument(
+        "--judge-fail-warn",
+        type=float,
+        default=0.2,
+        help="judge reward: warn when a step's judge failure rate (failed / asked) exceeds this "
+        "(default: %(default)s; stop when the last 3 steps all exceed --judge-fail-stop)",
+    )
+    p.add_argument("--judge-fail-stop", type=float, default=0.5, help="see --judge-fail-warn (default: %(default)s)")
+    p.add_argument(
+        "--high-but-wrong-warn",
+        type=float,
+        default=0.05,
+        help="warn when the share of wrong answers paid above their group exceeds this (default: %(default)s)",
+    )
+    p.add_argument(
         "--ckpt-path",
         default=os.environ.get("CKPT_PATH"),
         help="OpenRLHF --ckpt_path, to name the best checkpoint's directory (default: $CKPT_PATH)",
@@ -141,6 +155,9 @@ def thresholds(args: argparse.Namespace) -> Thresholds:
         stop_z=args.stop_z,
         probe_key=args.probe_key,
         ckpt_path=args.ckpt_path,
+        judge_fail_warn=args.judge_fail_warn,
+        judge_fail_stop=args.judge_fail_stop,
+        high_but_wrong_warn=args.high_but_wrong_warn,
     )
 
 

@@ -53,6 +53,9 @@ class Thresholds:
     stop_z: float = DEFAULT_Z
     probe_key: str | None = None
     ckpt_path: str | None = None
+    judge_fail_warn: float = 0.2
+    judge_fail_stop: float = 0.5
+    high_but_wrong_warn: float = 0.05
 
 
 def exit_code(verdicts: Sequence[Verdict]) -> int:
@@ -534,6 +537,60 @@ def playbook(log: MetricsLog, spikes: Sequence[Spike], th: Thresholds) -> list[V
     return out
 
 
+# ---------------------------------------------------------------- judge reward
+
+
+JUDGE_ACTIONS = {
+    "fail": "Judge calls are failing (quota, timeouts, malformed replies): those samples get the running-mean "
+    "quality, so the quality signal thins out. Lower RFT_JUDGE_CONCURRENCY / RFT_JUDGE_RPM, raise the quota, "
+    "or fall back to REWARD=em.",
+    "hacking": "Wrong answers are paid above their group: the policy is learning to please the judge. Use "
+    "RFT_JUDGE_MODE=correct_only (no credit for wrong answers), trust the OOD probe, stop early.",
+}
+
+
+def judge_failures(log: MetricsLog, th: Thresholds) -> list[Verdict]:
+    """Per-step judge failure rate (failed / asked) against thresholds, and the judge's cost; [] without a judge."""
+    g, c = "judge", "judge failure rate"
+    pts = log.series("judge_fail_rate")
+    if not pts:
+        return []
+    cost = log.series("judge_cost_step_usd")
+    cost_txt = (
+        f"; cost ${cost[-1][1]:.2f} at step {cost[-1][0]}, ${sum(v for _, v in cost):.2f} over {len(cost)} steps"
+        if cost
+        else ""
+    )
+    recent = [v for _, v in pts[-3:]]
+    over = [(s, v) for s, v in _window(log, "judge_fail_rate", th) if v > th.judge_fail_warn]
+    if len(recent) == 3 and min(recent) > th.judge_fail_stop:
+        ev = f"judge_fail_rate {', '.join(f'{v:.0%}' for v in recent)} at the last 3 steps (> {th.judge_fail_stop:.0%})"
+        return [Verdict(g, c, FAIL, ev + cost_txt, JUDGE_ACTIONS["fail"])]
+    if over:
+        ev = f"judge_fail_rate above {th.judge_fail_warn:.0%} at " + ", ".join(f"step {s} ({v:.0%})" for s, v in over[:6])
+        return [Verdict(g, c, WARN, ev + cost_txt, JUDGE_ACTIONS["fail"])]
+    ev = f"max {max(v for _, v in pts[-th.window :]):.0%} over the last {min(len(pts), th.window)} steps"
+    return [Verdict(g, c, PASS, ev + cost_txt)]
+
+
+def high_but_wrong(log: MetricsLog, th: Thresholds) -> list[Verdict]:
+    """Wrong answers the reward pays above their prompt group (judge-pleasing); meaningful with a judge reward."""
+    g, c = "judge", "wrong answers paid above their group"
+    pts = _window(log, "reward_high_but_wrong", th)
+    if not pts:
+        return []
+    recent = _mean([v for _, v in pts[-5:]])
+    slope, se = trend(pts)
+    rising = len(pts) >= 6 and slope / se > 2 and slope * (pts[-1][0] - pts[0][0]) > 0.03
+    ev = f"reward_high_but_wrong {fmt(pts[0][1])} -> {fmt(pts[-1][1])}, last-5 mean {recent:.1%}"
+    wrong = log.series("reward_mean_wrong")
+    if wrong:
+        ev += f"; mean reward of wrong answers {fmt(wrong[0][1])} -> {fmt(wrong[-1][1])}"
+    if recent > th.high_but_wrong_warn or rising:
+        return [Verdict(g, c, WARN, ev + (" (rising)" if rising else ""), JUDGE_ACTIONS["hacking"])]
+    return [Verdict(g, c, PASS, ev)]
+
+
 def diagnose(log: MetricsLog, spikes: Sequence[Spike] = (), th: Thresholds | None = None) -> list[Verdict]:
     """All verdicts, rollout/trainer agreement first (a FAIL there invalidates every other number)."""
     th = th or Thresholds()
@@ -542,5 +599,7 @@ def diagnose(log: MetricsLog, spikes: Sequence[Spike] = (), th: Thresholds | Non
         *smoke_tests(log, th),
         movement(log, th),
         early_stop(log, th),
+        *judge_failures(log, th),
+        *high_but_wrong(log, th),
         *playbook(log, spikes, th),
     ]

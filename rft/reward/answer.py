@@ -1,7 +1,9 @@
 """Final-answer extraction, normalization and equivalence for competition-math responses.
 
-Extraction order: last `\\boxed{}`/`\\fbox{}`, "the answer is"/"Final Answer:" phrasing, GSM8K `#### x`,
-last number-like token. Equivalence: normalized string match, then the safe evaluator in
+Extraction order: last `\\boxed{}`/`\\fbox{}` (unless explicitly corrected in text after it),
+"the answer is"/"Final Answer:"/line-initial "Answer:" phrasing, GSM8K `#### x`, last number-like token
+outside a trailing verification section. Normalization reads mixed numbers, repeating decimals, units with
+exponents, money, and answers stated in words (one number in a sentence, sets named in words). Equivalence: normalized string match, then the safe evaluator in
 `rft.reward.latex_value` (exact for rationals, relative tolerance otherwise), element-wise for tuples,
 intervals and sets, and only when none of that can decide, math-verify in a separate process
 (`rft.reward.symbolic`). Model text is never evaluated as code.
@@ -102,21 +104,49 @@ def last_box(text: str) -> Box | None:
 
 # "answer" first (a fast literal scan), then "final"/"the" checked just before it.
 _PHRASE = re.compile(r"(?:[Aa]nswer|ANSWER)[ \t]*(?:\*\*|__)?[ \t]*(?:is\b|IS\b|Is\b|:|=)[ \t]*(?:\*\*|__)?[ \t]*:?\s*")
-_PHRASE_LEAD = re.compile(r"(?:final|the)\s+(?:\*\*|__)?$", re.IGNORECASE)
+_PHRASE_LEAD = re.compile(r"(?:(?:final|the|correct)\s+(?:\*\*|__)?|(?:^|\n)[ \t]*(?:#+[ \t]*)?(?:\*\*|__)?)$", re.IGNORECASE)
 # `#### 72` (optionally `$`, lower-case unit words, a full stop) ending its line; a Markdown heading
 # such as `#### Step 2: ...` or `#### 1. Setup` is not a GSM8K answer.
 _GSM8K = re.compile(
-    r"####[ \t]*(?:\$[ \t]*)?(-?\d+(?:,\d{3})*(?:\.\d+)?)%?(?:[ \t]+[a-z$]+)*[ \t]*(?:\.[ \t]*)?$", re.M
+    r"####[ \t]*(?:\\?\$[ \t]*)?(-?\d+(?:,\d{3})*(?:\.\d+)?)%?(?:[ \t]+[a-z$]+)*[ \t]*(?:\.[ \t]*)?$", re.M
 )
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
-_LEADING_NUMBER = re.compile(r"-?\$?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?%?(?=\s|$|[.,;!?)])")
+_LEADING_NUMBER = re.compile(
+    r"-?(?:\\?\$[ \t]?)?\d+(?:,\d{3})*(?:\.\d+)?(?:[ \t]+\d+/\d+|/\d+)?%?(?=\s|$|[.,;!?)$])"
+)
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|[;\n]|\s(?:because|since|which|as|so|and|but)\s", re.IGNORECASE)
 _TAIL_CHARS = 4000
+# A verification section at a line start, and words that mark a correction rather than a check.
+_CHECK_HEADER = re.compile(
+    r"^[ \t]*(?:[#>*_-]+[ \t]*)*(?:check(?:ing)?|verif(?:y|ying|ication)|let(?:'|\u2019)?s (?:verify|check|double[- ]check)"
+    r"|let me (?:verify|check|double[- ]check)|double[- ]check(?:ing)?|sanity check)\b",
+    re.IGNORECASE | re.MULTILINE,
+)
+_CORRECTION_CUE = re.compile(
+    r"\b(?:wait|actually|oops|correction|mistake|wrong|incorrect|error|instead|should be|miscalculated|recalculat\w*)\b",
+    re.IGNORECASE,
+)
+_FILLER = re.compile(r"(?:(?:indeed|still|actually|really|just|now|therefore|thus|clearly|simply)\b[ \t,]*)+", re.I)
+_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+
+
+def _is_currency(rest: str) -> bool:
+    """`\\$1,250`, or a `$` that opens no math span (unclosed, or closing over prose: `$5 and $6`)."""
+    if rest.startswith("\\$"):
+        return True
+    if not rest.startswith("$") or rest.startswith("$$") or not rest[1:2].isdigit():
+        return False
+    end = rest.find("$", 1)
+    return end < 0 or _PROSE_WORD.search(rest, 1, end) is not None
 
 
 def _phrase_candidate(rest: str) -> str | None:
     """Turn the text after an answer phrase into an answer string."""
-    rest = rest[:MAX_ANSWER_CHARS].lstrip()
+    rest = _FILLER.sub("", rest[:MAX_ANSWER_CHARS].lstrip(), count=1)
+    if _is_currency(rest):
+        m = _LEADING_NUMBER.match(rest)
+        if m:
+            return m.group(0)
     for opener, closer in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if rest.startswith(opener):
             end = rest.find(closer, len(opener))
@@ -155,24 +185,53 @@ def _at_line_end(text: str, m: re.Match) -> bool:
     return m.end() == len(text) or text[m.end()] == "\n"
 
 
+def _phrase_answer(text: str) -> str | None:
+    """The answer given by the last answer phrase ("the answer is", "Answer:", ...) in text, or None."""
+    m = _last_match(_PHRASE, text, _phrase_lead)
+    cand = _phrase_candidate(text[m.end() :]) if m is not None else None
+    return cand[:MAX_ANSWER_CHARS] if cand else None
+
+
+def correction_after_box(text: str, box: Box) -> str | None:
+    """An answer phrase after a correction cue ("wait, that is wrong: the answer is 14") following the box."""
+    tail = text[box.end : box.end + _TAIL_CHARS]
+    cue = _CORRECTION_CUE.search(tail)
+    return _phrase_answer(tail[cue.end() :]) if cue is not None else None
+
+
+def verification_start(text: str) -> int | None:
+    """Offset of a trailing verification section ("Check: ...") that corrects nothing, or None.
+
+    A number there restates or tests the answer stated before it, so the last-number fallback skips it."""
+    start = max(0, len(text) - _TAIL_CHARS)
+    for m in _CHECK_HEADER.finditer(text, start):
+        if _CORRECTION_CUE.search(text, m.end()) is None and _NUMBER.search(text, start, m.start()):
+            return m.start()
+    return None
+
+
 def extract_answer(text: str, *, fallbacks: bool = True) -> Extraction:
     """Extract the final answer from a response (already isolated from the prompt).
 
     With `fallbacks=False` only a `\\boxed{}` answer is taken (used for truncated responses)."""
     box = last_box(text)
     if box is not None:
+        if box.closed and fallbacks:
+            corrected = correction_after_box(text, box)
+            if corrected:
+                return Extraction(corrected, "phrase", box)
         return Extraction(box.content if box.closed else None, "boxed" if box.closed else "none", box)
     if not fallbacks:
         return Extraction(None, "none")
-    m = _last_match(_PHRASE, text, _phrase_lead)
-    if m is not None:
-        cand = _phrase_candidate(text[m.end() :])
-        if cand:
-            return Extraction(cand[:MAX_ANSWER_CHARS], "phrase")
+    cand = _phrase_answer(text)
+    if cand:
+        return Extraction(cand, "phrase")
     m = _last_match(_GSM8K, text, _at_line_end)
     if m is not None:
         return Extraction(m.group(1), "gsm8k")
-    m = _last_match(_NUMBER, text)
+    cut = verification_start(text)
+    m = _last_match(_NUMBER, text[:cut]) if cut is not None else None
+    m = m or _last_match(_NUMBER, text)
     if m is not None:
         return Extraction(m.group(0), "last_number")
     return Extraction(None, "none")
@@ -196,7 +255,12 @@ _UNICODE = {
     "\u00a0": " ",
     "\u2009": " ",
     "\u202f": " ",
-    "\u00bd": "1/2",
+    "\u00bd": " \\frac{1}{2}",
+    "\u2153": " \\frac{1}{3}",
+    "\u2154": " \\frac{2}{3}",
+    "\u00bc": " \\frac{1}{4}",
+    "\u00be": " \\frac{3}{4}",
+    "\u215b": " \\frac{1}{8}",
     "\uff0c": ",",
     "\u2264": "\\le ",
     "\u2265": "\\ge ",
@@ -242,6 +306,122 @@ def _unwrap(s: str) -> str:
     return s
 
 
+# A unit after a value: words in a text wrapper or a common unit abbreviation, with an exponent or `/unit`.
+_UNIT_AT_END = re.compile(
+    r"(?:/|\\cdot|\\,|\s)*(?:\\(?:text|textrm|textnormal|mathrm|mbox|rm)\s*\{[ A-Za-z./]*[A-Za-z][ A-Za-z./]*"
+    r"(?:\^\{?-?\d\}?)?\}|(?<=[\d}\s])(?:sq\.?\s*|square\s+|cubic\s+)?(?:cm|mm|km|ft|in|yd|mi|kg|mg|hrs?|min|sec|"
+    r"meters?|metres?|feet|foot|inches|miles|units?|cents|dollars|hours|minutes|seconds|degrees)\b)"
+    r"(?:\s*\^\s*(?:\{\s*-?\d+\s*\}|-?\d))?\s*\.?\s*$"
+)
+_VALUE_END = re.compile(r"[\d})\]]\s*$")
+
+
+def _strip_units(s: str) -> str:
+    """`12 \\text{ cm}^2` -> `12`, `5\\,\\mathrm{m}/\\text{s}^{2}` -> `5`: units after a value, exponent included."""
+    for _ in range(8):
+        m = _UNIT_AT_END.search(s)
+        if m is None or not _VALUE_END.search(s, 0, m.start()):
+            return s
+        s = s[: m.start()]
+    return s
+
+
+_SET_PHRASES = {
+    "\\emptyset": "\\emptyset",
+    "\\varnothing": "\\emptyset",
+    "\\{\\}": "\\emptyset",
+    "the empty set": "\\emptyset",
+    "empty set": "\\emptyset",
+    "no solution": "\\emptyset",
+    "no solutions": "\\emptyset",
+    "no real solution": "\\emptyset",
+    "no real solutions": "\\emptyset",
+    "\\mathbb{r}": "(-\\infty,\\infty)",
+    "\\mathbb r": "(-\\infty,\\infty)",
+    "all real numbers": "(-\\infty,\\infty)",
+    "all reals": "(-\\infty,\\infty)",
+    "all real values": "(-\\infty,\\infty)",
+    "every real number": "(-\\infty,\\infty)",
+    "the set of all real numbers": "(-\\infty,\\infty)",
+    "all real numbers x": "(-\\infty,\\infty)",
+    "all real x": "(-\\infty,\\infty)",
+}
+
+
+def _set_phrase(s: str) -> str:
+    """A set named in words or by its symbol (`all real numbers`, `\\mathbb{R}`, `no solution`) -> one form."""
+    key = _WHITESPACE.sub(" ", s.strip().rstrip(".")).lower()
+    return _SET_PHRASES.get(key, s)
+
+
+_NUMBER_WORDS = {
+    w: str(i)
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen twenty".split()
+    )
+} | {w: str(10 * i) for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)}
+_PROSE_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:\s+\d+/\d+|/\d+)?")
+_QUALIFIERS = re.compile(
+    r"\b(?:not|no|except|or|between|than|least|most|about|approximately|nearly|around|either)\b", re.I
+)
+
+
+def _prose_value(s: str) -> str:
+    """A sentence stating one number (`There are 5 ways`, `five`) -> that number; other text is left alone."""
+    if not _PROSE_WORD.search(s) or re.search(r"[\\=+*^_<>]", s) or _QUALIFIERS.search(s):
+        return s
+    numbers = _PROSE_NUMBER.findall(s)
+    words = [_NUMBER_WORDS[w.lower()] for w in re.findall(r"[A-Za-z]+", s) if w.lower() in _NUMBER_WORDS]
+    found = numbers or words
+    return found[0] if len(found) == 1 and len(numbers + words) == 1 else s
+
+
+# `0.\\overline{3}`, `0.1\\dot{6}`, `0.(142857)`: a decimal with a marked repeating block.
+_REPEATING = re.compile(
+    r"(\d*)\.(\d*)(?:\\(?:overline|bar|dot|widehat)\s*(?:\{\s*(\d+)\s*\}|(\d))|\((\d+)\))"
+    r"(?:\s*(?:\\[lc]?dots|\.\.\.|\u2026))?"
+)
+# `0.333...`, `0.1666\\ldots`: repeating when the last block repeats (a digit 3 times, a longer block twice).
+_ELLIPSIS_DECIMAL = re.compile(r"(\d*)\.(\d+)\s*(?:\\[lc]?dots|\.\.\.|\u2026)")
+
+
+def _fraction_text(whole: str, fixed: str, block: str) -> str:
+    """`whole.fixed(block)(block)...` as an exact `\\frac{p}{q}`."""
+    q = (10 ** len(block) - 1) * 10 ** len(fixed)
+    p = int(whole or "0") * q + int(fixed + block) - int(fixed or "0")
+    return f"\\frac{{{p}}}{{{q}}}"
+
+
+def _repeating_fraction(m: re.Match) -> str:
+    return _fraction_text(m.group(1), m.group(2), m.group(3) or m.group(4) or m.group(5))
+
+
+def _ellipsis_fraction(m: re.Match) -> str:
+    digits = m.group(2)
+    for period in range(1, min(6, len(digits) // 2) + 1):
+        block, reps = digits[-period:], 1
+        while digits[: len(digits) - reps * period].endswith(block):
+            reps += 1
+        if reps >= (3 if period == 1 else 2):
+            return _fraction_text(m.group(1), digits[: len(digits) - reps * period], block)
+    return m.group(0)
+
+
+# `2\\frac{1}{2}` / `2 1/2` with a proper fraction and nothing math-like after it: a mixed number (5/2).
+_MIXED_LATEX = re.compile(
+    r"(?<![\w.}^_)\]])(\d+)\s*\\frac\s*(?:\{\s*(\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))(?!\s*[\^\d({\\A-Za-z_.!])"
+)
+_MIXED_PLAIN = re.compile(r"(?<![\w./^])(\d+)[ \t]+(\d+)/(\d+)(?![\w./^])")
+
+
+def _mixed_number(m: re.Match) -> str:
+    whole, num, den = (g for g in m.groups() if g is not None)
+    if not 0 < int(num) < int(den):
+        return m.group(0)
+    return f"({whole}+\\frac{{{num}}}{{{den}}})"
+
+
 def _strip_outer_braces(s: str) -> str:
     """`{5}` -> `5` while one brace pair encloses everything."""
     while len(s) >= 2 and s[0] == "{" and _match_brace(s, 0) == len(s) - 1:
@@ -266,8 +446,14 @@ def _normalize(answer: str) -> str:
     s = s.replace("\\dbinom", "\\binom").replace("\\tbinom", "\\binom")
     s = _LEFT_RIGHT.sub("", s)
     s = _SPACING.sub(" ", s)
-    s = _unwrap(s)
+    s = _unwrap(_strip_units(s))
     s = _DEGREES.sub("", s)
+    s = _set_phrase(s)
+    s = _prose_value(s)
+    s = _REPEATING.sub(_repeating_fraction, s)
+    s = _ELLIPSIS_DECIMAL.sub(_ellipsis_fraction, s)
+    s = _MIXED_LATEX.sub(_mixed_number, s)
+    s = _MIXED_PLAIN.sub(_mixed_number, s)
     s = s.replace("\\%", "").replace("%", "")
     s = s.replace("{,}", ",")
     s = s.strip().rstrip(".").strip()

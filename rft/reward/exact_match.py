@@ -138,6 +138,17 @@ def _after_last_assistant_header(query: str) -> int | None:
     return None
 
 
+def user_message(prompt: str) -> str:
+    """The last user turn of a chat-rendered prompt, markup removed (the prompt itself without chat markup)."""
+    for user, assistant in _TURN_MARKERS:
+        u = prompt.rfind(user)
+        if u >= 0:
+            a = prompt.find(assistant, u)
+            body = prompt[u + len(user) : a if a >= 0 else len(prompt)]
+            return re.sub(r"<\|[a-z_]{2,20}\|>|<\uff5c[^\uff5c]{1,40}\uff5c>", "", body).strip()
+    return prompt.strip()
+
+
 def isolate_response(query: str, prompt: str | None) -> str:
     """The model's response inside `query` (= prompt + response as OpenRLHF decodes it)."""
     if not prompt:
@@ -190,6 +201,15 @@ def harmony_final(text: str) -> tuple[str, int]:
     return text[start : end.start() if end else len(text)], start
 
 
+def harmony_messages(text: str) -> list[tuple[str, str]]:
+    """Every Harmony message as (channel, text), in order; [] when the text has no channel markup."""
+    out = []
+    for m in _HARMONY_HEADER.finditer(text):
+        end = _HARMONY_END.search(text, m.end())
+        out.append((m.group(1).lower(), text[m.end() : end.start() if end else len(text)]))
+    return out
+
+
 def has_end_of_turn(text: str) -> bool:
     """True when the response contains an end-of-turn / end-of-sequence marker."""
     return any(m in text for m in END_OF_TURN)
@@ -215,7 +235,7 @@ def _content_length(text: str) -> int:
     return min((p for p in (text.find(m) for m in END_OF_TURN) if p >= 0), default=len(text))
 
 
-def _as_text(value: object) -> str:
+def as_text(value: object) -> str:
     """Coerce whatever arrived into text (bytes decoded leniently, None as empty)."""
     if value is None:
         return ""
@@ -246,7 +266,7 @@ def grade(response: str, label: str | None, *, finished: bool | None = None) -> 
     `finished=False` means generation hit the token limit; None infers it from end-of-turn text.
     Truncated responses only earn credit for a closed `\\boxed{}` answer, never from a fallback.
     """
-    text = _as_text(response)
+    text = as_text(response)
     gold = _as_label(label)
     content_length = _content_length(text)
     region, offset = scored_region(text, content_length)
@@ -285,12 +305,22 @@ def reward_value(g: Grade, scheme: str) -> float:
 def safe_grade(query: object, prompt: object, label: object) -> Grade:
     """grade() on one OpenRLHF sample; any unexpected error is logged and scored as no answer."""
     try:
-        return grade(isolate_response(_as_text(query), _as_text(prompt)), label)
+        return grade(isolate_response(as_text(query), as_text(prompt)), label)
     except Exception as err:  # a reward function must never raise
         _warn_error(
             "rft.reward.exact_match: grading failed (%s: %s); sample scored as no answer", type(err).__name__, err
         )
         return NO_GRADE
+
+
+def batch_rows(queries: Sequence | None, prompts: Sequence | None, labels: Sequence | None) -> list[tuple]:
+    """(query, prompt, label) per sample; missing prompts are empty and missing labels None."""
+    queries = list(queries or [])
+    prompts = list(prompts or [])[: len(queries)]
+    labels = list(labels or [])[: len(queries)]
+    prompts += [""] * (len(queries) - len(prompts))
+    labels += [None] * (len(queries) - len(labels))
+    return list(zip(queries, prompts, labels, strict=True))
 
 
 def make_reward_func(scheme: str = "binary") -> Callable[[Sequence, Sequence, Sequence], dict]:
@@ -300,24 +330,18 @@ def make_reward_func(scheme: str = "binary") -> Callable[[Sequence, Sequence, Se
 
     def reward_func(queries: Sequence, prompts: Sequence | None, labels: Sequence | None) -> dict:
         """rewards/scores tensors of shape (n,) and numeric extra_logs, per OpenRLHF 0.9.3."""
-        queries = list(queries or [])
-        n = len(queries)
-        prompts = list(prompts) if prompts is not None else []
-        labels = list(labels) if labels is not None else []
-        prompts += [""] * (n - len(prompts))
-        labels += [None] * (n - len(labels))
-        grades = [safe_grade(q, p, lab) for q, p, lab in zip(queries, prompts, labels, strict=False)]
+        grades = [safe_grade(q, p, lab) for q, p, lab in batch_rows(queries, prompts, labels)]
         rewards = [reward_value(g, scheme) for g in grades]
         scores = [float(g.correct) for g in grades]
         per_sample = [g.extra_logs() for g in grades]
         logs = {k: [d[k] for d in per_sample] for k in EXTRA_LOG_KEYS}
-        return _as_tensors(rewards, scores, logs)
+        return as_tensors(rewards, scores, logs)
 
     reward_func.scheme = scheme  # type: ignore[attr-defined]
     return reward_func
 
 
-def _as_tensors(rewards: list[float], scores: list[float], logs: dict[str, list[float]]) -> dict:
+def as_tensors(rewards: list[float], scores: list[float], logs: dict[str, list[float]]) -> dict:
     """Pack as float tensors (what OpenRLHF's experience maker expects); plain lists without torch."""
     try:
         import torch

@@ -33,8 +33,10 @@ from typing import Any
 import torch
 
 from rft.io import atomic_write_jsonl
+from rft.reward.blend import JUDGE_LOG_KEYS
 from rft.reward.exact_match import EXTRA_LOG_KEYS
 from rft.train.loss_diag import DIAG_KEYS
+from rft.train.robust_rewards import BATCH_KEYS
 
 METRICS_FILE = "training_metrics.jsonl"
 SPIKE_FILE = "spike_log.jsonl"
@@ -71,13 +73,10 @@ KNOWN_KEYS = (
     *EXTRA_LOG_KEYS,
     "reward_defaulted",
     "extra_logs_defaulted",
-    # rft: batch reward distribution (rft.train.robust_rewards.batch_reward_stats)
-    "reward_mean",
-    "reward_std",
-    "reward_min",
-    "reward_max",
-    "reward_p90",
-    "reward_high_but_wrong",
+    # rft: the judge reward's extra_logs (rft.reward.blend)
+    *JUDGE_LOG_KEYS,
+    # rft: batch reward distribution and judge cost/failures (rft.train.robust_rewards.batch_reward_stats_of)
+    *BATCH_KEYS,
     # rft: loss diagnostics (rft.train.loss_diag) and the optimizer's grad norm
     *DIAG_KEYS,
     "grad_norm",

@@ -18,8 +18,23 @@ DEFAULT_VALUE = 0.0
 CORRECTNESS_KEY = "correctness"
 """extra_logs key (0/1) the rft reward function always returns; drives `reward_high_but_wrong`."""
 HIGH_REWARD = 0.5
-"""A reward at or above this with correctness 0 counts as high-reward-but-wrong."""
+"""Without prompt groups, a reward at or above this with correctness 0 counts as high-reward-but-wrong."""
 COUNTER_KEYS = ("reward_defaulted", "extra_logs_defaulted")
+JUDGE_ASKED_KEY = "judge_asked"
+JUDGE_SUM_KEYS = (JUDGE_ASKED_KEY, "judge_ok", "judge_cost_usd")
+BATCH_KEYS = (
+    "reward_mean",
+    "reward_std",
+    "reward_min",
+    "reward_max",
+    "reward_p90",
+    "reward_high_but_wrong",
+    "reward_mean_wrong",
+    "judge_cost_step_usd",
+    "judge_asked_step",
+    "judge_fail_rate",
+)
+"""Keys batch_reward_stats_of may write into the step's metrics."""
 
 
 def to_number(value: Any) -> float | None:
@@ -88,8 +103,11 @@ def unify_info_keys(infos: Iterable[dict], default: float = DEFAULT_VALUE) -> in
     return added_total
 
 
-def batch_reward_stats(rewards: torch.Tensor, correctness: torch.Tensor | None = None) -> dict[str, float]:
-    """reward_mean/std/min/max/p90 over the whole batch (+ reward_high_but_wrong if correctness is given)."""
+def batch_reward_stats(
+    rewards: torch.Tensor, correctness: torch.Tensor | None = None, group_size: int = 1
+) -> dict[str, float]:
+    """reward_mean/std/min/max/p90 over the whole batch; with correctness also reward_high_but_wrong and
+    reward_mean_wrong. Rewards must be in prompt-group order when group_size > 1."""
     r = rewards.detach().float().reshape(-1)
     if r.numel() == 0:
         return {}
@@ -103,5 +121,51 @@ def batch_reward_stats(rewards: torch.Tensor, correctness: torch.Tensor | None =
     if correctness is not None:
         c = correctness.detach().float().reshape(-1)
         if c.numel() == r.numel():
-            stats["reward_high_but_wrong"] = ((r >= HIGH_REWARD) & (c < 0.5)).float().mean().item()
+            wrong = c < 0.5
+            stats["reward_high_but_wrong"] = (high_rewards(r, group_size) & wrong).float().mean().item()
+            if wrong.any():
+                stats["reward_mean_wrong"] = r[wrong].mean().item()
     return stats
+
+
+def high_rewards(r: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Samples the reward pays well: above their prompt group's mean (a positive GRPO advantage, so the update
+    reinforces them), or >= HIGH_REWARD without groups."""
+    if group_size > 1 and r.numel() % group_size == 0:
+        groups = r.reshape(-1, group_size)
+        return (groups > groups.mean(-1, keepdim=True) + 1e-6).reshape(-1)
+    return r >= HIGH_REWARD
+
+
+def judge_stats(infos: list[dict]) -> dict[str, float]:
+    """The step's judge cost (USD, summed over the batch) and failure rate (failed / asked); {} without a judge."""
+    if not infos or any(JUDGE_ASKED_KEY not in i for i in infos):
+        return {}
+    total = {k: sum(float(torch.as_tensor(i[k]).float().sum()) for i in infos) for k in JUDGE_SUM_KEYS}
+    asked = total[JUDGE_ASKED_KEY]
+    return {
+        "judge_cost_step_usd": total["judge_cost_usd"],
+        "judge_asked_step": asked,
+        "judge_fail_rate": (asked - total["judge_ok"]) / asked if asked else 0.0,
+    }
+
+
+def batch_reward_stats_of(experiences: list, group_size: int) -> dict[str, float]:
+    """batch_reward_stats + judge_stats over OpenRLHF Experience micro-batches, put back in prompt-group order."""
+    order = torch.tensor(sum((list(e.index) for e in experiences), []))
+    if sorted(order.tolist()) != list(range(len(order))):
+        order, group_size = torch.arange(len(order)), 1  # no usable sample indices: no groups
+
+    def in_order(values: list[torch.Tensor]) -> torch.Tensor:
+        flat = torch.cat([v.reshape(-1).float() for v in values])
+        out = torch.empty_like(flat)
+        out[order] = flat
+        return out
+
+    correctness = [e.info.get(CORRECTNESS_KEY) for e in experiences]
+    stats = batch_reward_stats(
+        in_order([e.rewards for e in experiences]),
+        in_order(correctness) if all(c is not None for c in correctness) else None,
+        group_size,
+    )
+    return {**stats, **judge_stats([e.info for e in experiences])}

@@ -452,3 +452,27 @@ def test_multi_node_by_flags_on_an_existing_cluster(patched_root, data_dir, tmp_
     assert "env   RAY_ADDRESS=10.0.0.1:6379" in res.stderr
     assert f"env   METRICS_LOG_DIR={tmp_path / 'm'}" in res.stderr
     assert f"env   SPIKE_LOG_PATH={tmp_path / 'm' / 'spike_log.jsonl'}" in res.stderr
+
+
+def test_reward_switch_and_judge_dry_run(patched_root, data_dir, tmp_path, monkeypatch):
+    """REWARD=judge picks reward_func_judge.py; the dry run checks credentials and makes one live call."""
+    from tests.judge_server import JudgeServer
+
+    base = script_env(patched_root, data_dir, tmp_path, REWARD="judge", HOME=str(tmp_path))
+    for name in ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI"):
+        base.pop(name, None)
+    res = run_script("train_grpo_20b.sh", base, "--dry-run")
+    assert res.returncode == 0, res.stderr
+    tokens, a = parsed_command(res.stdout, patched_root, monkeypatch)
+    assert a.remote_rm_url == [str(ROOT / "reward_func_judge.py")]
+    assert "NEEDS judge: no Gemini credentials" in res.stderr and "judge cost estimate" in res.stderr
+    with JudgeServer() as server:
+        env = {**base, "GOOGLE_API_KEY": "k", "RFT_JUDGE_BASE_URL": server.url, "RFT_JUDGE_RETRIES": "0"}
+        res = run_script("train_grpo_120b.sh", env, "--dry-run")
+        assert "ok    judge: live call answered by gemini-3.1-pro-preview" in res.stderr, res.stderr
+        assert len(server.requests) == 1
+        res = run_script("train_grpo_small.sh", env, "--preset", "fast", "--dry-run", "--no-judge-check")
+        assert "live call skipped" in res.stderr and len(server.requests) == 1
+    assert run_script("train_grpo_20b.sh", {**base, "REWARD": "gemini"}, "--dry-run").returncode != 0
+    res = run_script("train_grpo_20b.sh", {**base, "REWARD": "em"}, "--dry-run")
+    assert "judge:" not in res.stderr and "reward_func_em.py" in res.stdout

@@ -25,7 +25,26 @@ EXPECTED = {
     "smoke_fail": (2, {"reward_mean not stuck at 0/1": FAIL, "has_boxed > 50% and not falling": FAIL,
                        "truncated < 50%": FAIL}),
     "upstream_only": (0, {"grad_norm non-zero, < 100": MISSING, "has_boxed > 50% and not falling": MISSING}),
+    "judge_failing": (1, {"judge failure rate": WARN, "wrong answers paid above their group": PASS}),
+    "judge_pleasing": (1, {"judge failure rate": PASS, "wrong answers paid above their group": WARN}),
 }
+
+
+def test_judge_failure_rate_verdicts():
+    def verdict(rates: list[float]):
+        log = MetricsLog()
+        for s, r in enumerate(rates, start=1):
+            log.add({"global_step": s, "judge_fail_rate": r, "judge_cost_step_usd": 0.5}, "x")
+        return {v.check: v for v in diagnose(log)}["judge failure rate"]
+
+    ok = verdict([0.0, 0.1, 0.05])
+    assert ok.status == PASS and "$1.50 over 3 steps" in ok.evidence
+    warn = verdict([0.0, 0.25, 0.0])
+    assert warn.status == WARN and "step 2 (25%)" in warn.evidence and "RFT_JUDGE_CONCURRENCY" in warn.action
+    assert verdict([0.1, 0.6, 0.7, 0.9]).status == FAIL
+    em_only = MetricsLog()
+    em_only.add({"global_step": 1, "reward": 0.5}, "x")
+    assert "judge failure rate" not in {v.check for v in diagnose(em_only)}
 
 
 def run(name: str, tmp_path: Path):

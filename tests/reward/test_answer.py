@@ -228,15 +228,6 @@ NORMALIZATION_BULLETS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("bullet", "pred", "gold", "equal"),
-    [(b, p, g, True) for b, yes, _ in NORMALIZATION_BULLETS for p, g in yes]
-    + [(b, p, g, False) for b, _, no in NORMALIZATION_BULLETS for p, g in no],
-)
-def test_normalization_bullets(bullet: str, pred: str, gold: str, equal: bool) -> None:
-    assert answers_equal(pred, gold) is equal, bullet
-
-
 def test_relative_tolerance() -> None:
     assert not values_equal(1e-7, 2e-7)
     assert not values_equal(Fraction(1, 2**99), Fraction(1, 2**98))
@@ -402,3 +393,86 @@ def test_compare_fast_with_variables(pred: str, gold: str, verdict) -> None:
 
 def test_answer_length_is_capped() -> None:
     assert len(normalize_answer("1" * 100_000)) <= answer_mod.MAX_ANSWER_CHARS
+
+
+# Issue 14: answer formats the reward misread, family by family: (family, [(pred, gold) that must match],
+# [(pred, gold) that must not]). Each family is a general rule, with neighbours of the reported case.
+MISREAD_FAMILIES = [
+    ("mixed numbers: integer + proper fraction is a sum, not a product",
+     [("2\\frac{1}{2}", "\\frac{5}{2}"), ("2\\dfrac{1}{2}", "2.5"), ("-2\\frac12", "-\\frac{5}{2}"),
+      ("3 \\tfrac{3}{4}", "3.75"), ("2 1/2", "5/2"), ("2\u00bd", "2.5"), ("7\\frac{1}{3}\\text{ cups}", "\\frac{22}{3}"),
+      ("x = 1\\frac{1}{4}", "1.25")],
+     [("2\\frac{1}{2}", "1"), ("2\\frac{1}{2}", "2"), ("2 1/2", "10.5"), ("2\u00bd", "1"),
+      ("2\\frac{3}{2}", "3.5"), ("2\\frac{\\sqrt{3}}{2}", "2.5"), ("2\\frac{1}{2}\\pi", "2.5")]),
+    ("repeating decimals: a marked repeating block is the exact rational",
+     [("0.\\overline{3}", "\\frac{1}{3}"), ("0.1\\overline{6}", "\\frac{1}{6}"), ("0.\\overline{142857}", "\\frac17"),
+      ("1.\\overline{3}", "\\frac{4}{3}"), ("0.\\bar{3}", "1/3"), ("0.(6)", "\\frac{2}{3}"), ("0.333\\ldots", "\\frac13"),
+      ("0.1666...", "\\frac{1}{6}"), ("0.\\dot{4}", "\\frac{4}{9}")],
+     [("0.\\overline{3}", "0.3"), ("0.\\overline{3}", "0.33"), ("0.\\overline{12}", "\\frac{1}{12}"),
+      ("0.3", "\\frac{1}{3}"), ("0.12...", "\\frac{4}{33}"), ("0.1\\overline{6}", "\\frac{1}{60}")]),
+    ("units after a value, with an exponent or a per-unit, are not part of it",
+     [("12 \\text{ cm}^2", "12"), ("12\\,\\text{cm}^{2}", "12"), ("8 \\mathrm{m}^3", "8"), ("5\\text{ m/s}^2", "5"),
+      ("5\\,\\mathrm{m}/\\text{s}^{2}", "5"), ("12 cm^2", "12"), ("36 \\text{ square units}", "36"),
+      ("\\frac{1}{2}\\text{ cm}^2", "0.5")],
+     [("12 \\text{ cm}^2", "144"), ("12^2", "12"), ("2x^2", "2"), ("12 \\text{ cm}^2", "1"), ("3 m^2", "3")]),
+    ("money with thousands separators",
+     [("\\$1,250", "1250"), ("\\$1,250.50", "1250.5"), ("$1{,}250", "1250")],
+     [("\\$1,250", "125"), ("\\$1,250", "1.25"), ("\\$1,250.50", "1250")]),
+    ("an answer stated in words: one number in a sentence, a set named in words",
+     [("\\text{There are 5 ways}", "5"), ("\\text{There are five ways.}", "5"), ("\\textbf{12 students}", "12"),
+      ("\\text{all real numbers}", "(-\\infty, \\infty)"), ("\\text{All real numbers}", "\\mathbb{R}"),
+      ("x \\in \\mathbb{R}", "(-\\infty,\\infty)"), ("\\text{no solution}", "\\emptyset"), ("\\varnothing", "\\emptyset")],
+     [("\\text{There are 5 ways}", "6"), ("\\text{5 or 6}", "5"), ("\\text{between 2 and 3}", "2"),
+      ("\\text{not 5}", "5"), ("\\text{all real numbers except 2}", "\\mathbb{R}"),
+      ("\\text{all positive real numbers}", "(-\\infty,\\infty)"), ("\\text{no solution}", "0"),
+      ("\\text{There are 5 ways}", "(-\\infty,\\infty)")]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("rule", "pred", "gold", "equal"),
+    [(r, p, g, True) for r, yes, _ in NORMALIZATION_BULLETS + MISREAD_FAMILIES for p, g in yes]
+    + [(r, p, g, False) for r, _, no in NORMALIZATION_BULLETS + MISREAD_FAMILIES for p, g in no],
+)
+def test_normalization_rules_and_misread_families(rule: str, pred: str, gold: str, equal: bool) -> None:
+    assert answers_equal(pred, gold) is equal, rule
+
+
+# Issue 14, extraction families: (response text, expected answer, expected method).
+MISREAD_EXTRACTION = [
+    # money outside a box: `$` as currency is not a math delimiter, `\$` is not a stop
+    ("The answer is \\$1,250 total.", "\\$1,250", "phrase"),
+    ("The answer is $1,250 for the sofa and $300 for the chair.", "$1,250", "phrase"),
+    ("The answer is $1,250$.", "1,250", "phrase"),
+    ("The answer is $5 + 3 = 8$.", "5 + 3 = 8", "phrase"),  # a closed math span stays math
+    ("#### \\$1,250", "1,250", "gsm8k"),
+    ("She pays \\$1,250 in total.", "1,250", "last_number"),
+    # an answer stated, then a check that ends on another number
+    ("Answer: 42\n\nCheck: 6*7 = 42, and 42/6 = 7.", "42", "phrase"),
+    ("**Answer:** 42\nVerification: 42 - 40 = 2", "42", "phrase"),
+    ("There are 42 apples.\n\nCheck: 42 - 12 = 30.", "42", "last_number"),
+    ("So 42 apples.\nLet's verify: 6 * 7 = 42 and 42 - 6 = 36.", "42", "last_number"),
+    ("So 42 apples.\nCheck: 42 - 12 = 30, but it should be 31, so 43.", "43", "last_number"),  # a correcting check
+    ("We get 3, then 4, then 5.", "5", "last_number"),
+    # a boxed answer explicitly corrected after the box
+    ("\\boxed{12}. Wait, that is wrong: the correct answer is 14.", "14", "phrase"),
+    ("So \\boxed{12}.\n\nActually, I made an error above; the final answer is $\\frac{7}{2}$.", "\\frac{7}{2}", "phrase"),
+    ("\\boxed{12}. Wait, let me double-check: the answer is indeed 12.", "12", "phrase"),
+    ("\\boxed{12}. A common mistake is to answer 14.", "12", "boxed"),  # a cue, but no answer stated after it
+    ("\\boxed{12}. The answer is 14.", "12", "boxed"),  # no correction cue: the box stands
+    ("The answer is 14. Wait, no: \\boxed{12}", "12", "boxed"),
+    # a mixed number after an answer phrase is one answer
+    ("The answer is 2 1/2 cups.", "2 1/2", "phrase"),
+]
+
+
+@pytest.mark.parametrize(("text", "answer", "method"), MISREAD_EXTRACTION)
+def test_misread_extraction(text: str, answer: str, method: str) -> None:
+    got = extract_answer(text)
+    assert (got.answer, got.method) == (answer, method)
+
+
+def test_truncated_box_is_not_overridden_by_a_correction() -> None:
+    """Without fallbacks (a truncated response) the box stands: the correction may itself be cut off."""
+    got = extract_answer("\\boxed{12}. Wait, that is wrong: the answer is 1", fallbacks=False)
+    assert (got.answer, got.method) == ("12", "boxed")

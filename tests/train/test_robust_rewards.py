@@ -132,3 +132,34 @@ def test_batch_reward_stats_once_over_the_whole_batch(em):
     assert s["reward_high_but_wrong"] == pytest.approx(0.25)
     assert all(math.isfinite(e.advantages.sum().item()) for e in exps)
     assert "reward_high_but_wrong" not in batch_reward_stats(flat)
+
+
+def test_high_but_wrong_is_a_wrong_answer_above_its_group_mean():
+    """Blend rewards (0.6 EM + 0.4 quality): a judge-pleasing wrong answer in an all-wrong group is reinforced."""
+    rewards = torch.tensor([0.96, 0.0, 0.2, 0.36, 0.08, 0.12])  # groups of 3: (right, wrong, wrong), (wrong x 3)
+    correct = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    s = batch_reward_stats(rewards, correct, group_size=3)
+    assert s["reward_high_but_wrong"] == pytest.approx(1 / 6)  # only the 0.36: above (0.36+0.08+0.12)/3
+    assert s["reward_mean_wrong"] == pytest.approx((0.2 + 0.36 + 0.08 + 0.12) / 5)
+    em = batch_reward_stats(torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.tensor([1.0, 0.0, 0.0, 0.0]), group_size=2)
+    assert em["reward_high_but_wrong"] == 0.0  # exact match never pays a wrong answer
+    assert batch_reward_stats(rewards, correct)["reward_high_but_wrong"] == 0.0  # no groups: >= 0.5 only
+
+
+def test_batch_reward_stats_of_orders_groups_and_adds_judge_stats():
+    from rft.train.robust_rewards import batch_reward_stats_of
+
+    def exp(index, rewards, correct, asked, ok, cost):
+        info = {"correctness": torch.tensor(correct), "judge_asked": torch.tensor(asked),
+                "judge_ok": torch.tensor(ok), "judge_cost_usd": torch.tensor(cost)}  # fmt: skip
+        return SimpleNamespace(index=index, rewards=torch.tensor(rewards), info=info)
+
+    # samples 0,1 are prompt A and 2,3 prompt B, delivered out of order (dynamic batching)
+    exps = [exp([2, 0], [0.3, 0.9], [0.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.01, 0.02]),
+            exp([1, 3], [0.0, 0.1], [0.0, 0.0], [0.0, 1.0], [0.0, 1.0], [0.0, 0.03])]  # fmt: skip
+    s = batch_reward_stats_of(exps, group_size=2)
+    assert s["reward_high_but_wrong"] == pytest.approx(0.25)  # the 0.3 of prompt B (mean 0.2)
+    assert s["judge_cost_step_usd"] == pytest.approx(0.06) and s["judge_asked_step"] == 3.0
+    assert s["judge_fail_rate"] == pytest.approx(1 / 3)
+    no_judge = [SimpleNamespace(index=[0], rewards=torch.tensor([1.0]), info={"correctness": torch.tensor([1.0])})]
+    assert "judge_fail_rate" not in batch_reward_stats_of(no_judge, 1)
