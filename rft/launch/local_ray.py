@@ -1,0 +1,104 @@
+"""A private Ray head on 127.0.0.1 for the CPU profile: start it, and stop exactly it (never other clusters).
+
+`python -m rft.launch.local_ray start TEMP_DIR --num-gpus 4` prints the GCS address (RAY_ADDRESS);
+`python -m rft.launch.local_ray stop TEMP_DIR ADDRESS` ends that cluster's processes and their children.
+`ray stop` is not used: it matches processes by name and would kill every Ray cluster on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+
+# Ray rewrites --node-ip-address 127.0.0.1 to the machine's routable address unless it believes it runs a
+# single-machine cluster; with these, every process (driver, workers, OpenRLHF's MASTER_ADDR, vLLM) uses loopback.
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "VLLM_HOST_IP": "127.0.0.1"}
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(temp_dir: str, num_gpus: int, num_cpus: int) -> str:
+    """Start a head node bound to 127.0.0.1 with `num_gpus` logical GPUs; returns its address."""
+    port = free_port()
+    cmd = [
+        os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head",
+        "--node-ip-address", "127.0.0.1", "--port", str(port), "--ray-client-server-port", str(free_port()),
+        "--num-gpus", str(num_gpus), "--num-cpus", str(num_cpus), "--temp-dir", temp_dir,
+        "--include-dashboard", "false", "--disable-usage-stats",
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **LOOPBACK_ENV})
+    if res.returncode != 0:
+        raise RuntimeError(f"ray start failed ({res.returncode}):\n{res.stdout}{res.stderr}")
+    return f"127.0.0.1:{port}"
+
+
+def cluster_processes(temp_dir: str, address: str | None) -> list:
+    """The processes of the cluster that owns `temp_dir` (or serves `address`), with all their descendants."""
+    import psutil
+
+    temp_dir = temp_dir.rstrip("/")
+    markers = [temp_dir + "/", "--temp-dir=" + temp_dir]
+    if address:
+        markers += ["--address=" + address, "--gcs-address=" + address]
+    me = os.getpid()
+    found = {}
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or [])
+            if proc.pid != me and any(m in cmd for m in markers):
+                found[proc.pid] = proc
+                found.update((c.pid, c) for c in proc.children(recursive=True))
+        except psutil.Error:
+            continue
+    found.pop(me, None)
+    return list(found.values())
+
+
+def stop(temp_dir: str, address: str | None = None, timeout: float = 10.0) -> int:
+    """SIGTERM the cluster's processes, SIGKILL what is left after `timeout`; returns how many there were."""
+    import psutil
+
+    procs = cluster_processes(temp_dir, address)
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    return len(procs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rft.launch.local_ray", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("start", help="start a head node on 127.0.0.1 and print its address")
+    s.add_argument("temp_dir", help="Ray's temp dir for this cluster (keep it short: socket paths < 108 chars)")
+    s.add_argument("--num-gpus", type=int, default=4, help="logical GPUs the placement groups may reserve")
+    s.add_argument("--num-cpus", type=int, default=4, help="logical CPUs (actors reserve some each)")
+    t = sub.add_parser("stop", help="stop the cluster started with this temp dir, and nothing else")
+    t.add_argument("temp_dir", help="the temp dir given to start")
+    t.add_argument("address", nargs="?", help="its address, to also catch the ray client server")
+    a = p.parse_args(argv)
+    if a.cmd == "start":
+        print(start(a.temp_dir, a.num_gpus, a.num_cpus))
+    else:
+        print(f"local_ray: stopped {stop(a.temp_dir, a.address)} processes of {a.temp_dir}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
