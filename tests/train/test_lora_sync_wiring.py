@@ -28,8 +28,8 @@ from cpu_trainer import (
 )
 from patched_openrlhf import (
     ROOT,
-    STUBS,
     patched_openrlhf,  # noqa: F401  (fixture)
+    stub_paths,
 )
 from vllm_layout import VllmLayoutLlama, tp_logits
 
@@ -116,7 +116,8 @@ def ray_local(patched_openrlhf):  # noqa: F811
 
     if ray.is_initialized():
         ray.shutdown()
-    path = os.pathsep.join([str(patched_openrlhf), str(STUBS), str(ROOT / "tests"), str(Path(__file__).resolve().parent), str(ROOT)])
+    path = os.pathsep.join([str(patched_openrlhf), *map(str, stub_paths()), str(ROOT / "tests"),
+                            str(Path(__file__).resolve().parent), str(ROOT)])
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path + (os.pathsep + old if old else "")
     try:
