@@ -93,6 +93,7 @@ def _engine_actor_class():
                 shard.load_weights(base_state.items())
                 worker = (WorkerWrap if worker_kind == "patched" else NoReportWorker)()
                 worker.model_runner = SimpleNamespace(model=shard)
+                worker.parallel_config = SimpleNamespace(tensor_parallel_size=tp_size)
                 workers.append(worker)
             self.llm = RpcBoundaryLLM(workers)
 
