@@ -122,6 +122,13 @@ def payload_of(model: torch.nn.Module, version: int) -> dict:
     return build_payload(named, model.peft_config["default"], version=version)
 
 
+def random_adapter(model_dir: str | Path, dtype: str, seed: int) -> tuple[torch.nn.Module, dict]:
+    """HF+PEFT model with a random non-zero adapter, and its sync payload (version 1)."""
+    model = peft_model(model_dir, dtype)
+    randomize_lora(model, torch.Generator().manual_seed(seed))
+    return model, payload_of(model, 1)
+
+
 def offline_llm(model_dir: str | Path, dtype: str, **kwargs):
     """An offline `vllm.LLM` on the tiny model with OpenRLHF's (patched) worker extension."""
     from vllm import LLM

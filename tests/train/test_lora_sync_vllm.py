@@ -28,6 +28,7 @@ from vllm_engine import (
     payload_of,
     peft_model,
     prompts,
+    random_adapter,
     randomize_lora,
     shutdown,
     vllm_logprobs,
@@ -101,9 +102,7 @@ def test_merge_sync_errors_name_the_module(patched_openrlhf, model_dirs):  # noq
     llm = offline_llm(path, "bfloat16")
     try:
         batch = prompts(2)
-        model = peft_model(path, "bfloat16")
-        randomize_lora(model, torch.Generator().manual_seed(2))
-        good = payload_of(model, 1)
+        model, good = random_adapter(path, "bfloat16", seed=2)
         base = vllm_logprobs(llm, batch)
         # first sync, unknown name: vLLM's loader skips it silently; the probe notices, nothing is written
         bad = _renamed(good, 0, "model.layers.0.self_attn.qq_proj.weight")
@@ -171,9 +170,7 @@ def test_merge_sync_through_the_patched_engine_actor_msgpack_hop(patched_openrlh
     actor = EngineActor(path, "bfloat16")
     try:
         batch = prompts(2)
-        model = peft_model(path, "bfloat16")
-        randomize_lora(model, torch.Generator().manual_seed(4))
-        payload = payload_of(model, 1)
+        model, payload = random_adapter(path, "bfloat16", seed=4)
         reports = actor.run(actor.actor.apply_lora_update(payload))
         assert check_apply_results([reports], payload)[0]["modules"] == N_MODULES
         assert max_gap(actor.logprobs(batch), hf_logprobs(model, batch)) < TOL["bfloat16"]
