@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import get_scheduler
-
 from patched_openrlhf import stub_env
+from transformers import get_scheduler
 
 from rft.io import atomic_write_jsonl
 from rft.launch.lr_schedule import Schedule, count_pool, evaluate, main
