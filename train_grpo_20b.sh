@@ -80,8 +80,8 @@ ARGS=(
 rft_switch APPLY_CHAT_TEMPLATE 1 --apply_chat_template
 rft_switch COLOCATE_ACTOR_REF 1 --colocate_actor_ref
 # Our patched LoRA-only weight sync (adapter A, B, scaling via the Ray object store); 0.9.3's own sync sends
-# PEFT names that vLLM ignores, so rollouts would stay on the base model.
-rft_switch LORA_SYNC_OBJECT_STORE 1 --vllm_sync_lora_via_object_store
+# PEFT names that vLLM ignores, so rollouts would stay on the base model. LORA_SYNC=merge (default) | native.
+rft_lora_sync
 rft_switch GRADIENT_CHECKPOINTING 1 --gradient_checkpointing
 rft_switch SAVE_HF_CKPT 1 --save_hf_ckpt
 rft_switch DISABLE_DS_CKPT 1 --disable_ds_ckpt

@@ -58,6 +58,20 @@ rft_reward_func() {
     esac
 }
 
+# rft_lora_sync: the LoRA weight sync to vLLM, from LORA_SYNC (default merge): `merge` writes W0 + s·B@A into the
+# engines' weights (--vllm_sync_lora_via_object_store); `native` has them serve the adapter with enable_lora
+# (--vllm_sync_lora_native). Both send only the adapter through the Ray object store. Default and figures: README.
+rft_lora_sync() {
+    case "${LORA_SYNC:-merge}" in
+        merge) ARGS+=(--vllm_sync_lora_via_object_store) ;;
+        native) ARGS+=(--vllm_sync_lora_via_object_store --vllm_sync_lora_native) ;;
+        *)
+            echo "LORA_SYNC=$LORA_SYNC: expected merge or native" >&2
+            exit 2
+            ;;
+    esac
+}
+
 # rft_launch PROFILE FLAGS...: pre-launch checks, then OpenRLHF (a --dry-run among FLAGS stops after the checks).
 rft_launch() {
     local profile="$1"

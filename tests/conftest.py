@@ -1,7 +1,12 @@
-"""Shared fixtures: the pristine OpenRLHF 0.9.3 source, unpacked from the real wheel."""
+"""Shared fixtures: the pristine OpenRLHF 0.9.3 source, unpacked from the real wheel; the two suites.
+
+`make test` runs two suites: `-m "not vllm"` in .venv, and `-m vllm` in .venv-vllm with RFT_VLLM_SUITE=1. In the
+vLLM suite a missing or stand-in vLLM is an error, never a skip; elsewhere `vllm` tests are skipped with the reason.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +17,39 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEEL_DIR = ROOT / ".cache" / "wheels"
+VLLM_SUITE_ENV = "RFT_VLLM_SUITE"
+
+
+def real_vllm_problem() -> str | None:
+    """Why the real vLLM cannot be used here (None when `import vllm` gives the real engine)."""
+    try:
+        import vllm
+    except Exception as e:  # noqa: BLE001  (any import failure is the answer)
+        return f"import vllm failed: {e!r}"
+    origin = Path(vllm.__file__).resolve()
+    if origin.is_relative_to(ROOT / "tests" / "stubs"):
+        return f"import vllm gave the test stand-in {origin}, not the real engine"
+    return None
+
+
+def pytest_configure(config) -> None:
+    """The vLLM suite refuses to start without the real engine."""
+    if os.environ.get(VLLM_SUITE_ENV) == "1":
+        problem = real_vllm_problem()
+        if problem:
+            raise pytest.UsageError(f"{VLLM_SUITE_ENV}=1 but {problem}: build .venv-vllm (make test)")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Outside the vLLM suite, `vllm` tests skip (with the reason) when the real engine is missing."""
+    marked = [item for item in items if item.get_closest_marker("vllm")]
+    if os.environ.get(VLLM_SUITE_ENV) == "1" or not marked:
+        return
+    problem = real_vllm_problem()
+    if problem:
+        skip = pytest.mark.skip(reason=f"needs the real vLLM ({problem}); run `make test`")
+        for item in marked:
+            item.add_marker(skip)
 
 
 def openrlhf_wheel() -> Path:

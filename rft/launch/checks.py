@@ -117,6 +117,30 @@ def attention_rule(args: argparse.Namespace, argv: list[str]) -> tuple[list[str]
     return [], []
 
 
+def lora_sync_rule(args: argparse.Namespace, rep: Report) -> None:
+    """Name the LoRA weight-sync mode the run will use (LORA_SYNC in the scripts); native needs a vLLM-sized rank."""
+    if args.lora_rank <= 0 or not (args.vllm_num_engines or 0):
+        return
+    if getattr(args, "vllm_sync_lora_native", False):
+        from rft.train.lora_native import vllm_max_lora_rank
+        from rft.train.lora_sync import LoraSyncError
+
+        try:
+            rank = vllm_max_lora_rank(args.lora_rank)
+        except LoraSyncError as e:
+            rep.errors.append(f"LoRA sync native: {e}")
+            return
+        note = f"LoRA sync: native (vLLM enable_lora, max_lora_rank {rank}; the adapter is reloaded every step)"
+        if is_gpt_oss(getattr(args, "vllm_pretrain", None) or args.pretrain):
+            rep.warnings.append(
+                "LoRA sync native on gpt-oss: enable_lora switches vLLM's MoE to its LoRA (Triton) experts, a "
+                "kernel path not measured for speed or agreement here; compare vllm_kl with LORA_SYNC=merge"
+            )
+        rep.notes.append(note)
+    elif getattr(args, "vllm_sync_lora_via_object_store", False):
+        rep.notes.append("LoRA sync: merge (W0 + s·B@A written into the engines' weights every step)")
+
+
 def looks_local(path: str | None) -> bool:
     """A filesystem path rather than a hub id (absolute, ./, ../ or ~)."""
     return bool(path) and path.startswith(("/", "./", "../", "~"))
@@ -537,6 +561,7 @@ def run_checks(
     rep.warnings += warns
     model_rule(a, rep)
     if profile.entry == "ppo":
+        lora_sync_rule(a, rep)
         rep.errors += placement_rules(a)
         rep.warnings += eval_rule(a)
     facts["data_sha256"] = check_data(a, profile.entry, rep)

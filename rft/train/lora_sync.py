@@ -240,6 +240,17 @@ def check_apply_results(results: Any, payload: Mapping[str, Any]) -> list[dict[s
     return flat
 
 
+def check_same_targets(first: Iterable[str], now: Iterable[str]) -> None:
+    """Raise unless a later sync targets exactly the modules of the first one (names the differences)."""
+    first, now = set(first), set(now)
+    unknown, missing = sorted(now - first), sorted(first - now)
+    if unknown or missing:
+        raise LoraSyncError(
+            f"payload targets differ from the first sync: unknown {unknown[:5]}, "
+            f"missing {missing[:5]} ({len(unknown)} unknown, {len(missing)} missing)"
+        )
+
+
 # ----------------------------------------------------------------------------------------------------------
 # vLLM worker side
 
@@ -284,11 +295,15 @@ class LoraMergeApplier:
 
     ``model`` needs ``named_parameters()`` and vLLM's ``load_weights(iterable of (hf_name, full tensor))``
     returning the set of vLLM parameter names it loaded. ``snapshot_device`` holds W0 (default: the
-    parameter's own device).
+    parameter's own device). ``tp_size``: the engine's tensor-parallel size; a rank must use at least 1/tp_size
+    of every dimension of an adapter's weight, so a too-large adapter cannot be silently cut to fit.
     """
 
-    def __init__(self, model: torch.nn.Module, *, snapshot_device: str | torch.device | None = None):
+    def __init__(
+        self, model: torch.nn.Module, *, snapshot_device: str | torch.device | None = None, tp_size: int = 1
+    ):
         self.model = model
+        self.tp_size = tp_size
         self.snapshot_device = snapshot_device
         self.params: dict[str, torch.nn.Parameter] = dict(model.named_parameters())
         self.placements: dict[str, _Placement] = {}
@@ -296,7 +311,16 @@ class LoraMergeApplier:
 
     # -- probing -------------------------------------------------------------------------------------------
     def _load(self, name: str, full: torch.Tensor) -> set[str]:
-        loaded = self.model.load_weights(weights=[(name, full)])
+        """vLLM's own loader on one full HF tensor; a loader that refuses it (shape) is a LoraSyncError."""
+        try:
+            loaded = self.model.load_weights(weights=[(name, full)])
+        except LoraSyncError:
+            raise
+        except Exception as e:  # noqa: BLE001  (vLLM loaders assert, raise ValueError, KeyError, ...)
+            raise LoraSyncError(
+                f"{name}: vLLM's load_weights refused a {tuple(full.shape)} tensor ({type(e).__name__}: {e}); "
+                "the adapter does not fit the served model"
+            ) from e
         return set(loaded or ())
 
     def _candidates(self, hf_name: str) -> list[str]:
@@ -367,6 +391,12 @@ class LoraMergeApplier:
         ):
             raise LoraSyncError(f"{hf_name}: vLLM loader is not a plain row/column narrowing (cannot merge)")
         src_r, src_c = src_r.long(), src_c.long()
+        for used, full, what in ((len(src_r), out_f, "rows"), (len(src_c), in_f, "columns")):
+            if used * self.tp_size < full:
+                raise LoraSyncError(
+                    f"{hf_name}: vLLM's loader keeps {used} of the adapter weight's {full} {what} "
+                    f"(tensor parallel {self.tp_size}): the adapter does not fit the served model"
+                )
         if int(src_r.min()) < 0 or int(src_c.min()) < 0 or int(src_r.max()) >= out_f or int(src_c.max()) >= in_f:
             raise LoraSyncError(f"{hf_name}: vLLM loader is not a plain row/column narrowing (index out of range)")
         # final check with random values: the loader must be exactly param[dst] = full[src], nothing else
@@ -452,13 +482,7 @@ class LoraMergeApplier:
         shapes = {n: (b.shape[0], a.shape[1]) for n, (_, a, b) in mods.items()}
         if not self.placements:
             self._discover(shapes)
-        unknown = sorted(set(mods) - set(self.placements))
-        missing = sorted(set(self.placements) - set(mods))
-        if unknown or missing:
-            raise LoraSyncError(
-                f"payload targets differ from the first sync: unknown {unknown[:5]}, "
-                f"missing {missing[:5]} ({len(unknown)} unknown, {len(missing)} missing)"
-            )
+        check_same_targets(self.placements, mods)
         for name, shape in shapes.items():
             if shape != self.placements[name].shape:
                 raise LoraSyncError(

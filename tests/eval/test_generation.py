@@ -54,6 +54,7 @@ def test_vllm_engine_kwargs():
         "gpu_memory_utilization": 0.8,
         "generation_config": "auto",
         "enable_prefix_caching": True,
+        "dtype": "auto",
     }
     assert (
         vllm_engine_kwargs(

@@ -181,6 +181,20 @@ def test_command_line_overrides_script(patched_root, data_dir, tmp_path, monkeyp
     assert res.returncode == 0 and "--save_hf_ckpt" not in res.stdout
 
 
+def test_lora_sync_switch_merge_or_native(patched_root, data_dir, tmp_path, monkeypatch):
+    env = script_env(patched_root, data_dir, tmp_path)
+    res = run_script("train_grpo_20b.sh", env, "--dry-run")
+    assert res.returncode == 0 and "LoRA sync: merge" in res.stdout + res.stderr
+    res = run_script("train_grpo_20b.sh", {**env, "LORA_SYNC": "native"}, "--dry-run")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout + res.stderr
+    assert "LoRA sync: native" in out and "max_lora_rank 32" in out and "Triton" in out  # gpt-oss warning
+    argv, a = parsed_command(res.stdout, patched_root, monkeypatch)
+    assert a.vllm_sync_lora_native and a.vllm_sync_lora_via_object_store
+    res = run_script("train_grpo_20b.sh", {**env, "LORA_SYNC": "fused"}, "--dry-run")
+    assert res.returncode == 2 and "LORA_SYNC=fused: expected merge or native" in res.stderr
+
+
 def test_bad_flag_is_named(patched_root, data_dir, tmp_path):
     env = script_env(patched_root, data_dir, tmp_path)
     res = run_script("train_grpo_20b.sh", env, "--dry-run", "--eps_clipp_typo", "0.1")

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from patched_openrlhf import stub_env
 from transformers import get_scheduler
 
 from rft.io import atomic_write_jsonl
 from rft.launch.lr_schedule import Schedule, count_pool, evaluate, main
 
 ROOT = Path(__file__).resolve().parents[2]
-STUBS = ROOT / "tests" / "stubs"
 
 GRID = [
     # pool, n_samples, train_batch, episodes, max_epochs, warmup_ratio, lr
@@ -123,8 +123,7 @@ def test_total_steps_equal_openrlhf_prepare_datasets(tmp_path):
             print(max_steps, ours)
             assert max_steps == ours, (max_steps, ours)
     """)
-    env = {**os.environ, "PYTHONPATH": f"{STUBS}:{ROOT}", "DS_ACCELERATOR": "cpu", "TORCHDYNAMO_DISABLE": "1",
-           "HF_DATASETS_CACHE": str(tmp_path / "hf")}
+    env = {**stub_env(ROOT), "HF_DATASETS_CACHE": str(tmp_path / "hf")}
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert len(res.stdout.split("\n")) >= 3

@@ -6,7 +6,6 @@ import asyncio
 import importlib.util
 import json
 import logging
-import os
 import random
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from patched_openrlhf import stub_env
 
 from rft.reward.exact_match import (
     EXTRA_LOG_KEYS,
@@ -313,7 +313,7 @@ def test_real_openrlhf_executor_and_experience_maker() -> None:
         (HARMONY_PROMPT, HARMONY_RESPONSE, "42", "stop"),
         (HARMONY_PROMPT, harmony("it is \\boxed{42}", "I give up"), "42", "stop"),
     ]
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "stubs"), DS_ACCELERATOR="cpu", TORCHDYNAMO_DISABLE="1")
+    env = stub_env()
     proc = subprocess.run(
         [sys.executable, "-c", _OPENRLHF_PATH_SCRIPT, str(ROOT / "tests"), str(REWARD_FILE), json.dumps(cases)],
         capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300,

@@ -97,7 +97,7 @@ IDS = torch.tensor([[1, 5, 9, 33, 2, 70, 11], [4, 4, 90, 17, 60, 3, 8]])
 )
 def test_successive_syncs_match_peft_fp32(num_kv_heads, targets, tp_size):
     peft_model, lcfg, shards = _tiny(num_kv_heads, targets, tp_size)
-    appliers = [LoraMergeApplier(s) for s in shards]
+    appliers = [LoraMergeApplier(s, tp_size=s.tp_size) for s in shards]
     with torch.no_grad():
         base_logits = tp_logits(shards, IDS)
         with peft_model.disable_adapter():
@@ -137,7 +137,7 @@ def _merged_reference(peft_model, shards):
 
 def test_bf16_syncs_match_peft_within_tolerance():
     peft_model, lcfg, shards = _tiny(dtype=torch.bfloat16)
-    appliers = [LoraMergeApplier(s) for s in shards]
+    appliers = [LoraMergeApplier(s, tp_size=s.tp_size) for s in shards]
     for step in range(3):
         _train_step(peft_model)
         payload = _payload(peft_model, lcfg, version=step)
@@ -153,7 +153,7 @@ def test_bf16_syncs_match_peft_within_tolerance():
 
 def test_no_accumulation_and_exact_restore():
     peft_model, lcfg, shards = _tiny()
-    appliers = [LoraMergeApplier(s) for s in shards]
+    appliers = [LoraMergeApplier(s, tp_size=s.tp_size) for s in shards]
     w0 = _snapshot(shards)
     _train_step(peft_model)
     payload = _payload(peft_model, lcfg)
@@ -179,7 +179,7 @@ def test_wrong_name_raises_and_leaves_weights_untouched():
     payload = _payload(peft_model, lcfg)
     bad = pickle.loads(pickle.dumps(payload))
     w0 = _snapshot(shards)
-    applier = LoraMergeApplier(shards[0])
+    applier = LoraMergeApplier(shards[0], tp_size=2)
     bad["modules"][-1]["name"] = bad["modules"][-1]["name"].replace("v_proj", "vv_proj")
     with pytest.raises(LoraSyncError, match="did not load"):
         applier.apply(bad)  # first sync: vLLM's loader skips the name silently, the probe notices
@@ -201,7 +201,7 @@ def test_count_mismatch_raises():
     peft_model, lcfg, shards = _tiny()
     _train_step(peft_model)
     payload = _payload(peft_model, lcfg)
-    applier = LoraMergeApplier(shards[1])
+    applier = LoraMergeApplier(shards[1], tp_size=2)
     tampered = dict(payload, num_modules=payload["num_modules"] + 1)
     with pytest.raises(LoraSyncError, match="declares"):
         applier.apply(tampered)

@@ -28,8 +28,8 @@ from cpu_trainer import (
 )
 from patched_openrlhf import (
     ROOT,
-    STUBS,
     patched_openrlhf,  # noqa: F401  (fixture)
+    stub_paths,
 )
 from vllm_layout import VllmLayoutLlama, tp_logits
 
@@ -93,6 +93,7 @@ def _engine_actor_class():
                 shard.load_weights(base_state.items())
                 worker = (WorkerWrap if worker_kind == "patched" else NoReportWorker)()
                 worker.model_runner = SimpleNamespace(model=shard)
+                worker.parallel_config = SimpleNamespace(tensor_parallel_size=tp_size)
                 workers.append(worker)
             self.llm = RpcBoundaryLLM(workers)
 
@@ -116,7 +117,8 @@ def ray_local(patched_openrlhf):  # noqa: F811
 
     if ray.is_initialized():
         ray.shutdown()
-    path = os.pathsep.join([str(patched_openrlhf), str(STUBS), str(ROOT / "tests"), str(Path(__file__).resolve().parent), str(ROOT)])
+    path = os.pathsep.join([str(patched_openrlhf), *map(str, stub_paths()), str(ROOT / "tests"),
+                            str(Path(__file__).resolve().parent), str(ROOT)])
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path + (os.pathsep + old if old else "")
     try:
