@@ -124,6 +124,12 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
             s = row["global_step"]
             row.update(vllm_kl=0.12 + rng.gauss(0, 0.01), kl=-2e-4 * s, logprobs_diff=-2e-4 * s)
         evals = {}
+    elif name == "sync_drift":  # syncs stop landing after step 3: the gap grows as the trainer moves on
+        rows = [base_row(s, rng) for s in range(1, 13)]
+        for row in rows:
+            s = row["global_step"]
+            row["vllm_kl"] = 3e-4 if s <= 3 else 0.03 * (s - 3)
+        evals = {}
     elif name == "smoke_fail":
         rows = [base_row(s, rng) for s in range(1, 7)]
         for row in rows:
@@ -161,7 +167,7 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
 
 
 SCENARIOS = ("healthy", "flat", "spiking", "hacking", "collapsing", "unstable", "truncating", "early_stop",
-             "broken_sync", "smoke_fail", "upstream_only", "judge_failing", "judge_pleasing")
+             "broken_sync", "sync_drift", "smoke_fail", "upstream_only", "judge_failing", "judge_pleasing")
 
 
 def write_scenario(name: str, directory: Path) -> Path:

@@ -43,6 +43,7 @@ class Profile:
     min_gpu_mem_gib: float
     min_free_disk_gib: float
     sft_gpus: int = 0  # GPUs the DeepSpeed launcher uses (sft only)
+    cpu: bool = False  # the CPU demonstration: logical GPUs in a private Ray, no attempt tag, dirty tree allowed
 
 
 PROFILES = {
@@ -51,6 +52,8 @@ PROFILES = {
     "120b": Profile("120b", "ppo", min_gpu_mem_gib=75, min_free_disk_gib=100),
     "small": Profile("small", "ppo", min_gpu_mem_gib=20, min_free_disk_gib=10),
     "sft": Profile("sft", "sft", min_gpu_mem_gib=75, min_free_disk_gib=50, sft_gpus=8),
+    # train_grpo_cpu.sh: a tiny random model on a machine without GPUs (what `make train` runs there)
+    "cpu": Profile("cpu", "ppo", min_gpu_mem_gib=0, min_free_disk_gib=1, cpu=True),
 }
 
 
@@ -592,9 +595,16 @@ def run_checks(
         needed = gpus_needed(a)
     else:
         needed = sft_gpus(profile)
-    gpus = gpu_inventory()
-    facts["gpus"] = gpus
-    check_gpus(needed, profile, gpus, rep)
+    if profile.cpu:
+        rep.notes.append(f"GPUs: none used; {needed} logical GPU(s) in the private Ray on 127.0.0.1 (CPU profile)")
+        if getattr(a, "vllm_sync_lora_skip", False):
+            rep.warnings.append("--vllm_sync_lora_skip: the ablation run, rollouts stay on the base model")
+    else:
+        gpus = gpu_inventory()
+        facts["gpus"] = gpus
+        check_gpus(needed, profile, gpus, rep)
+        if getattr(a, "vllm_sync_lora_skip", False):
+            rep.errors.append("--vllm_sync_lora_skip is an ablation for the CPU profile: it would train nothing")
     check_disk([a.save_path, a.ckpt_path], profile.min_free_disk_gib, rep)
     return rep, facts
 
@@ -638,8 +648,10 @@ def main(argv: list[str] | None = None) -> int:
         state = git_state(repo, os.environ.get("ATTEMPT"))
     except GitError as e:
         state = None
-        rep.blocking.append(f"git: {e}")
-    if state is not None:
+        (rep.notes if profile.cpu else rep.blocking).append(f"git: {e}")
+    if state is not None and profile.cpu:
+        rep.notes.append(f"git: {state.sha[:12]} on {state.branch} (CPU profile: no attempt tag, no clean-tree rule)")
+    elif state is not None:
         if state.problem:
             rep.blocking.append(f"git: {state.problem}")
         else:
@@ -681,16 +693,16 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    assert state is not None
-    created = tag_attempt(repo, state)
+    assert state is not None or profile.cpu
+    created = False if profile.cpu else tag_attempt(repo, state)
     record_dir = Path(os.environ.get("RUN_RECORD_DIR") or os.environ.get("METRICS_LOG_DIR") or ROOT / "runs")
     record = {
         "profile": profile.name,
         "command": prefix + rest,
         "command_text": command,
-        "git_sha": state.sha,
-        "branch": state.branch,
-        "attempt_tag": state.tag,
+        "git_sha": state.sha if state else None,
+        "branch": state.branch if state else None,
+        "attempt_tag": state.tag if state else None,
         "tag_created": created,
         "data_sha256": facts.get("data_sha256", {}),
         "packages": package_versions(),
@@ -705,7 +717,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     path = write_run_record(record_dir, record)
     print(
-        f"tag {state.tag} {'created' if created else 'already at HEAD (relaunch)'}; run record {path}",
+        f"run record {path}" if profile.cpu
+        else f"tag {state.tag} {'created' if created else 'already at HEAD (relaunch)'}; run record {path}",
         file=sys.stderr,
     )
     print(date_line, file=sys.stderr)

@@ -106,8 +106,12 @@ def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
         early = [v for _, v in vllm[:3]]
         med = statistics.median(early)
         seen.append(f"vllm_kl first steps {', '.join(fmt(v) for v in early)}")
+        late = statistics.median(v for _, v in vllm[-3:])
         if abs(med) > th.vllm_kl_fail:
             problems.append((FAIL, f"rollout/trainer log-prob gap vllm_kl={fmt(med)} from step {vllm[0][0]}"))
+        elif len(vllm) >= 6 and abs(late) > th.vllm_kl_fail:  # fine at first, then drifting: syncs stopped landing
+            problems.append((FAIL, f"sync drift: vllm_kl {fmt(med)} early, {fmt(late)} over the last 3 steps "
+                                   f"(to step {vllm[-1][0]})"))
         elif abs(med) > th.vllm_kl_warn or abs(vllm[-1][1]) > th.vllm_kl_fail:
             problems.append((WARN, f"vllm_kl={fmt(med)} early, {fmt(vllm[-1][1])} at step {vllm[-1][0]}"))
     name = "logprobs_diff" if log.key_for("logprobs_diff") else "kl"

@@ -68,6 +68,20 @@ class LoraSyncError(RuntimeError):
     """A LoRA sync that would leave vLLM generating from a policy other than the trainer's."""
 
 
+def raise_if_failed_on_rank0(failure: BaseException | None) -> None:
+    """Collective: broadcast rank 0's sync failure (or None) so that every rank raises the same LoraSyncError.
+
+    Only rank 0 talks to the engines; without this the other ranks would wait on the next barrier until the
+    collective timeout (60 minutes) after rank 0 died. Outside torch.distributed it just re-raises locally.
+    """
+    message = [f"{type(failure).__name__}: {failure}" if failure is not None else None]
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(message, src=0)
+    if message[0] is not None:
+        raise LoraSyncError(f"LoRA sync to vLLM failed on rank 0, stopping every rank: {message[0]}") from failure
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Tensor <-> plain Python
 

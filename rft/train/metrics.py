@@ -160,10 +160,41 @@ def _append_line(path: Path, record: Mapping[str, Any]) -> None:
         f.flush()
 
 
+# metrics files this process has already written to (see drop_rows_from)
+_continued: set[Path] = set()
+
+
+def drop_rows_from(path: Path, global_step: int) -> int:
+    """Rewrite `path` (atomically) without its rows of global_step >= `global_step`; returns how many went.
+
+    A run resumed from the checkpoint of step k starts again at k + 1: the rows an interrupted run logged
+    after its last checkpoint are dropped, so the file has every step exactly once.
+    """
+    if not path.exists():
+        return 0
+    keep, dropped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a torn last line of a killed run
+            dropped += 1
+            continue
+        if isinstance(row, dict) and int(row.get("global_step", 0)) >= global_step:
+            dropped += 1
+        else:
+            keep.append(row)
+    if dropped:
+        atomic_write_jsonl(path, keep)
+    return dropped
+
+
 def append_metrics(
     global_step: int, status: Mapping[str, Any], *, event: str | None = None, log_dir: Path | None = None
 ) -> Path | None:
-    """Append the step's numeric metrics to training_metrics.jsonl; returns the path (None when off)."""
+    """Append the step's numeric metrics to training_metrics.jsonl; returns the path (None when off).
+
+    The first append of a process first drops rows at or after its step (left by an interrupted run).
+    """
     log_dir = log_dir or metrics_log_dir()
     if log_dir is None:
         return None
@@ -174,6 +205,9 @@ def append_metrics(
     metrics.pop("global_step", None)
     record.update(metrics)
     path = Path(log_dir) / METRICS_FILE
+    if path not in _continued:
+        _continued.add(path)
+        drop_rows_from(path, int(global_step))
     _append_line(path, record)
     return path
 

@@ -22,6 +22,7 @@ EXPECTED = {
     "truncating": (1, {"high truncation": WARN}),
     "early_stop": (2, {"OOD probe early stopping": STOP, "reward hacking": WARN}),
     "broken_sync": (2, {"rollout/trainer agreement": FAIL}),
+    "sync_drift": (2, {"rollout/trainer agreement": FAIL, "flat learning": WARN}),  # rollouts from the base model
     "smoke_fail": (2, {"reward_mean not stuck at 0/1": FAIL, "has_boxed > 50% and not falling": FAIL,
                        "truncated < 50%": FAIL}),
     "upstream_only": (0, {"grad_norm non-zero, < 100": MISSING, "has_boxed > 50% and not falling": MISSING}),
@@ -74,6 +75,11 @@ def test_agreement_failure_is_first_and_explains_off_policy_rollouts(tmp_path):
     assert (v.check, v.status) == ("rollout/trainer agreement", FAIL)
     assert "vllm_kl=0.1" in v.evidence and "negative" in v.evidence
     assert "weight sync" in v.evidence and "attention sinks" in v.evidence
+
+
+def test_sync_drift_fails_though_the_first_steps_agree(tmp_path):
+    v = {v.check: v for v in run("sync_drift", tmp_path)}["rollout/trainer agreement"]
+    assert v.status == FAIL and "sync drift" in v.evidence and "3.00e-04 early" in v.evidence
 
 
 def test_spikes_are_joined_with_the_spike_log(tmp_path):

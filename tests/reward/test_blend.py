@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from patched_openrlhf import stub_env
 
 from rft.reward.blend import EXTRA_LOG_KEYS_JUDGE, BlendConfig, JudgeConfigError, make_judge_reward_func
 from rft.reward.judge import Judge, JudgeConfig
@@ -165,7 +166,7 @@ def test_threaded_calls_as_agent_py_makes_them(server) -> None:
 def test_real_openrlhf_executor_and_experience_maker(server) -> None:
     """The real SingleTurnAgentExecutor loads reward_func_judge.py; the real experience maker keeps every key."""
     cases = [(QWEN_PROMPT, RIGHT[len(QWEN_PROMPT):], "29", "stop"), (QWEN_PROMPT, WRONG[len(QWEN_PROMPT):], "29", "stop")]
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests" / "stubs"), DS_ACCELERATOR="cpu", TORCHDYNAMO_DISABLE="1")
+    env = stub_env()
     proc = subprocess.run(
         [sys.executable, "-c", _OPENRLHF_PATH_SCRIPT, str(ROOT / "tests"), str(REWARD_FILE), json.dumps(cases)],
         capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300,
