@@ -2,7 +2,8 @@
 # 0.15.1, scripts/install_vllm_venv.sh, patched too) and runs lint + both suites: `-m "not vllm"` in .venv, then
 # `-m vllm` (the real engine) in .venv-vllm with RFT_VLLM_SUITE=1 (a missing vLLM there fails, never skips).
 # make venv / make venv-vllm: only an environment.  make lint: ruff + shellcheck.  make bench: the benchmarks.
-# make train: on the 8-GPU node, .venv-train (the `train` extra) + patches + $(TRAIN_SCRIPT); elsewhere the dry-run checks.
+# make train: on the 8-GPU node, .venv-train (the `train` extra) + patches + $(TRAIN_SCRIPT); without GPUs, the CPU
+# demonstration (train_grpo_cpu.sh in .venv-vllm: the whole loop on a tiny random model, ends with `run dir: PATH`).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -78,8 +79,7 @@ train:
 		PYTHON=$(abspath $(TRAIN_VENV))/bin/python bash apply_patches.sh; \
 		PYTHON=$(abspath $(TRAIN_VENV))/bin/python bash $(TRAIN_SCRIPT); \
 	else \
-		$(MAKE) --no-print-directory venv && bash apply_patches.sh && \
-		PYTHON=$(abspath $(BIN))/python bash $(TRAIN_SCRIPT) --dry-run; \
-		echo "make train: no GPU here (nvidia-smi found none). Training needs the 8xH100 node; the dry-run checks above ran with $(VENV)." >&2; \
-		exit 1; \
+		echo "make train: no GPU here (nvidia-smi found none): running the CPU demonstration (train_grpo_cpu.sh), the real patched OpenRLHF loop on a tiny random model, not training." >&2; \
+		$(MAKE) --no-print-directory $(VLLM_VENV)/.patched && \
+		RUN_NAME=cpu-grpo-$$(date +%Y%m%d-%H%M%S) PYTHON=$(abspath $(VLLM_BIN))/python bash train_grpo_cpu.sh; \
 	fi

@@ -26,7 +26,8 @@ export PYTHONPATH="$RFT_ROOT/scripts/cpu_profile:$PYTHONPATH"
 export RFT_CPU_STANDINS=1
 export TORCHDYNAMO_DISABLE=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 export VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_ALLOW_INSECURE_SERIALIZATION=1
-export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$OUT_ROOT/.torch_extensions}"  # DeepSpeed's JIT ops, built once
+# DeepSpeed JIT-builds its CPU ops once (~100 s); keep them across runs
+export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rft/torch_extensions}"
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 VLLM_HOST_IP=127.0.0.1 RAY_DEDUP_LOGS=0  # everything on loopback
 
 DRY_RUN=0
@@ -100,7 +101,8 @@ if [[ "$DRY_RUN" == 0 ]]; then
         export RAY_ADDRESS
         trap '"$PYTHON" -m rft.launch.local_ray stop "$RAY_TEMP" "$RAY_ADDRESS" || true; rm -rf "$RAY_TEMP"' EXIT
     fi
-    mkdir -p "$RUN_DIR"
+    mkdir -p "$RUN_DIR" "$METRICS_LOG_DIR"
+    touch "$SPIKE_LOG_PATH"   # empty = no spike; the patched trainer appends one line per spike
 fi
 
 status=0

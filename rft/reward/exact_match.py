@@ -61,6 +61,7 @@ EXTRA_LOG_KEYS = (
     "parse_method",
     "boxed_in_final",
     "truncated_response",
+    "label_missing",
 )
 
 
@@ -75,6 +76,7 @@ class Grade:
     has_boxed: bool
     boxed_in_final: bool
     truncated: bool
+    label_missing: bool = False  # no label to grade against (a data problem, counted in the metrics)
 
     def extra_logs(self) -> dict[str, float]:
         """The numeric per-sample logs OpenRLHF receives in `extra_logs`."""
@@ -85,6 +87,7 @@ class Grade:
             "parse_method": PARSE_METHOD_CODE.get(self.method, 0.0),
             "boxed_in_final": float(self.boxed_in_final),
             "truncated_response": float(self.truncated),
+            "label_missing": float(self.label_missing),
         }
 
 
@@ -283,7 +286,7 @@ def grade(response: str, label: str | None, *, finished: bool | None = None) -> 
         has_boxed and box is not None and offset + box.end >= BOXED_IN_FINAL_FRACTION * content_length
     )
     correct = answer is not None and gold is not None and answers_equal(answer, gold)
-    return Grade(correct, answer, method, answer is not None, has_boxed, boxed_in_final, truncated)
+    return Grade(correct, answer, method, answer is not None, has_boxed, boxed_in_final, truncated, gold is None)
 
 
 def scheme_from_env(env: dict[str, str] | None = None) -> str:

@@ -131,11 +131,17 @@ def hf_base_name(peft_module: str) -> str:
 
 
 def lora_parameters(model: torch.nn.Module, adapter: str = "default") -> list[tuple[str, torch.nn.Parameter]]:
-    """The ``lora_A``/``lora_B`` parameters of one adapter, in ``named_parameters`` order."""
+    """Every LoRA parameter of one adapter, in ``named_parameters`` order.
+
+    Besides ``lora_A``/``lora_B`` weights this keeps any other kind (``lora_embedding_A`` of a targeted
+    embedding, ``lora_magnitude_vector``, ...): ``build_payload`` refuses those, where skipping them would
+    leave vLLM on a policy other than the trainer's without a word.
+    """
+    other = re.compile(rf"\.lora_\w+\.{re.escape(adapter)}(?:\.|$)")
     out = []
     for name, p in model.named_parameters():
         m = _LORA_RE.match(name)
-        if m and m["adapter"] == adapter:
+        if (m and m["adapter"] == adapter) or (m is None and other.search(name)):
             out.append((name, p))
     return out
 

@@ -331,8 +331,16 @@ def test_real_openrlhf_executor_and_experience_maker() -> None:
 def test_grade_dataclass_fields() -> None:
     """The interface other helpers code against."""
     assert list(Grade.__dataclass_fields__) == [
-        "correct", "answer", "method", "has_answer", "has_boxed", "boxed_in_final", "truncated",
+        "correct", "answer", "method", "has_answer", "has_boxed", "boxed_in_final", "truncated", "label_missing",
     ]
+
+
+@pytest.mark.parametrize("label", [None, "", "  ", False])
+def test_a_missing_label_is_counted_in_extra_logs(label) -> None:
+    """A row without a usable label scores 0 and says so (label_missing), so the metrics count bad data."""
+    g = grade("so \\boxed{7}<|im_end|>", label)
+    assert not g.correct and g.extra_logs()["label_missing"] == 1.0
+    assert grade("so \\boxed{7}<|im_end|>", "7").extra_logs()["label_missing"] == 0.0
 
 
 def test_loads_from_a_checkout_without_install(tmp_path: Path) -> None:

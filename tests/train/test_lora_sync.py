@@ -267,6 +267,15 @@ def test_payload_rejects_bad_input():
         decode_tensor({"dtype": "float32", "shape": [2], "data": [0.0, 1.0]})  # what a tensor in args becomes
 
 
+def test_an_adapter_part_the_merge_cannot_carry_is_refused_not_skipped():
+    """LoRA on the embedding: its lora_embedding_A/B are collected and refused (they used to be left out)."""
+    peft_model, lcfg, _ = _tiny(targets=["q_proj", "embed_tokens"])
+    names = [n for n, _ in lora_parameters(peft_model)]
+    assert any("embed_tokens.lora_embedding_A" in n for n in names) and any(".lora_A." in n for n in names)
+    with pytest.raises(LoraSyncError, match="embed_tokens.lora_embedding_A"):
+        build_payload([(n, p.data) for n, p in lora_parameters(peft_model)], lcfg)
+
+
 def test_scaling_follows_peft():
     peft_model, lcfg, _ = _tiny(targets=["q_proj", "v_proj"])
     named = {n: p.data for n, p in lora_parameters(peft_model)}

