@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 from cpu_trainer import init_gloo
-from lora_ckpt import ckpt_bytes, cpu_barrier, lora_state, saved_frozen_names, strategy_and_engine, train_one_step
+from lora_ckpt import (
+    ckpt_bytes,
+    cpu_barrier,
+    lora_state,
+    saved_frozen_names,
+    strategy_and_engine,
+    train_one_step,
+)
 from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
 from rft.train.checkpoints import remove_full_weight_shards
