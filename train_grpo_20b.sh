@@ -66,11 +66,13 @@ ARGS=(
     --num_episodes 20
     # Entropy logged, not optimised.
     --entropy_loss_coef 0
-    # Checkpoints on the data disk: HF LoRA adapters only (SAVE_HF_CKPT), 3 kept, no DeepSpeed state
-    # (DISABLE_DS_CKPT: its per-rank files hold a full copy of the frozen base).
+    # Checkpoints on the data disk every 5 rollout steps (~1 h at 10-13 min/step; an HF adapter for every probe
+    # point): DeepSpeed state for resume, LoRA + Adam only with our save_model.patch (~0.2 GB/save at 20b,
+    # benchmarks/bench_ckpt_size.py; 0.9.3 added the frozen base), the last 3 kept; plus a
+    # {tag}_hf LoRA adapter for eval (SAVE_HF_CKPT, all kept).
     --save_path "$SAVE_PATH"
     --ckpt_path "$CKPT_PATH"
-    --save_steps 10
+    --save_steps 5
     --max_ckpt_num 3
     --logging_steps 1
 )
@@ -84,6 +86,8 @@ rft_switch COLOCATE_ACTOR_REF 1 --colocate_actor_ref
 rft_lora_sync
 rft_switch GRADIENT_CHECKPOINTING 1 --gradient_checkpointing
 rft_switch SAVE_HF_CKPT 1 --save_hf_ckpt
-rft_switch DISABLE_DS_CKPT 1 --disable_ds_ckpt
+# DISABLE_DS_CKPT=1 saves no DeepSpeed state (adapters only): nothing to resume from.
+rft_switch DISABLE_DS_CKPT 0 --disable_ds_ckpt
+rft_resume train_grpo_20b.sh
 
 rft_launch "${RFT_PROFILE:-20b}" "${ARGS[@]}" "$@"

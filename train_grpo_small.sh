@@ -103,9 +103,6 @@ rft_switch VLLM_SLEEP 1 --vllm_enable_sleep
 rft_switch DEEPSPEED_SLEEP 1 --deepspeed_enable_sleep
 rft_switch GRADIENT_CHECKPOINTING 1 --gradient_checkpointing
 # Resume automatically from the last DeepSpeed checkpoint when one exists (RESUME=0 starts fresh).
-if [[ "${RESUME:-1}" == 1 && -f "$CKPT_PATH/_actor/latest" ]]; then
-    echo "train_grpo_small.sh: resuming from $CKPT_PATH/_actor ($(cat "$CKPT_PATH/_actor/latest"))" >&2
-    ARGS+=(--load_checkpoint)
-fi
+rft_resume train_grpo_small.sh
 
 rft_launch small "${ARGS[@]}" "${PASS[@]}"

@@ -45,6 +45,26 @@ rft_switch() {
     fi
 }
 
+# rft_resume NAME: relaunching the same command resumes. With a DeepSpeed checkpoint in $CKPT_PATH/_actor (its
+# `latest` names the last complete save) append --load_checkpoint: OpenRLHF 0.9.3 then restores the LoRA weights,
+# optimizer, scheduler, global step and data position. Only then: 0.9.3 loads whenever _actor exists and raises if
+# it has no `latest` (a run killed in its first save). RESUME=0 starts fresh.
+rft_resume() {
+    case "${RESUME:-1}" in
+        0) ;;
+        1)
+            if [[ -f "$CKPT_PATH/_actor/latest" ]]; then
+                echo "$1: resuming from $CKPT_PATH/_actor ($(cat "$CKPT_PATH/_actor/latest"))" >&2
+                ARGS+=(--load_checkpoint)
+            fi
+            ;;
+        *)
+            echo "RESUME=$RESUME: expected 0 or 1" >&2
+            exit 2
+            ;;
+    esac
+}
+
 # rft_reward_func: the reward file for REWARD=em (exact match, default) or REWARD=judge (Gemini-judged quality,
 # RFT_JUDGE_* settings, see the README); REWARD_FUNC=path overrides both.
 rft_reward_func() {

@@ -65,10 +65,8 @@ def openrlhf_wheel() -> Path:
     return found[0]
 
 
-@pytest.fixture(scope="session")
-def pristine_openrlhf_root(tmp_path_factory) -> Path:
-    """A read-only-by-convention directory holding the pristine `openrlhf/` package from the wheel."""
-    out = tmp_path_factory.mktemp("openrlhf-pristine")
+def unpack_pristine_openrlhf(out: Path) -> Path:
+    """Unpack the wheel's pristine `openrlhf/` package into `out` (returned)."""
     prefix = "openrlhf-0.9.3.data/purelib/"
     with zipfile.ZipFile(openrlhf_wheel()) as z:
         for name in z.namelist():
@@ -77,6 +75,12 @@ def pristine_openrlhf_root(tmp_path_factory) -> Path:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.write_bytes(z.read(name))
     return out
+
+
+@pytest.fixture(scope="session")
+def pristine_openrlhf_root(tmp_path_factory) -> Path:
+    """A read-only-by-convention directory holding the pristine `openrlhf/` package from the wheel."""
+    return unpack_pristine_openrlhf(tmp_path_factory.mktemp("openrlhf-pristine"))
 
 
 @pytest.fixture

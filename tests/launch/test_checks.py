@@ -78,7 +78,7 @@ def recipe_20b(data_dir: Path) -> dict:
         init_kl_coef=0.001, n_samples_per_prompt=8, rollout_batch_size=16, train_batch_size=16,
         micro_rollout_batch_size=1, micro_train_batch_size=1, eps_clip=0.2, generate_max_len=4096,
         prompt_max_len=1024, lr_warmup_ratio=0.05, num_episodes=20, gradient_checkpointing=True, param_dtype="bf16",
-        entropy_loss_coef=0.0, max_ckpt_num=3, disable_ds_ckpt=True, save_hf_ckpt=True,
+        entropy_loss_coef=0.0, max_ckpt_num=3, save_steps=5, disable_ds_ckpt=False, save_hf_ckpt=True,
         prompt_data=str(data_dir / "sft_rl_pool.jsonl"), eval_dataset=str(data_dir / "probe_set_200_ood.jsonl"),
         eval_steps=5, eval_temperature=0.0, eval_n_samples_per_prompt=1, attn_implementation="eager",
         packing_samples=False, apply_chat_template=True, vllm_sync_lora_via_object_store=True,
@@ -288,6 +288,27 @@ def test_small_presets_and_resume(patched_root, data_dir, tmp_path, monkeypatch)
     (ckpt / "latest").write_text("global_step10")
     res = run_script("train_grpo_small.sh", env, "--preset", "fast", "--dry-run")
     assert res.returncode == 0 and "--load_checkpoint" in res.stdout and "resuming from" in res.stderr
+
+
+@pytest.mark.parametrize("name", ["train_grpo_20b_a28a.sh", "train_grpo_120b.sh"])
+def test_gpt_oss_scripts_resume_by_default(name, patched_root, data_dir, tmp_path, monkeypatch):
+    """DeepSpeed checkpoints are on; a relaunch adds --load_checkpoint once a complete save (`latest`) exists."""
+    env = script_env(patched_root, data_dir, tmp_path)
+    fresh = run_script(name, env, "--dry-run")
+    assert fresh.returncode == 0, fresh.stderr
+    _, a = parsed_command(fresh.stdout, patched_root, monkeypatch)
+    assert not a.disable_ds_ckpt and not a.load_checkpoint and "resuming from" not in fresh.stderr
+    actor = Path(a.ckpt_path) / "_actor"
+    actor.mkdir(parents=True)  # killed in its first save: 0.9.3 would raise on --load_checkpoint
+    assert "--load_checkpoint" not in run_script(name, env, "--dry-run").stdout
+    (actor / "latest").write_text("global_step15")
+    res = run_script(name, env, "--dry-run")
+    assert res.returncode == 0 and f"resuming from {actor} (global_step15)" in res.stderr
+    assert parsed_command(res.stdout, patched_root, monkeypatch)[1].load_checkpoint
+    assert "--load_checkpoint" not in run_script(name, {**env, "RESUME": "0"}, "--dry-run").stdout
+    assert run_script(name, {**env, "RESUME": "yes"}, "--dry-run").returncode == 2
+    off = run_script(name, {**env, "DISABLE_DS_CKPT": "1", "RESUME": "0"}, "--dry-run")
+    assert parsed_command(off.stdout, patched_root, monkeypatch)[1].disable_ds_ckpt
 
 
 def test_gpus_needed_counts_the_reference_model(patched_root, monkeypatch):
