@@ -85,11 +85,11 @@ ARGS=(
     --ckpt_path "$CKPT_PATH"
     --save_steps 4
     --max_ckpt_num 2
-    # relaunching the same command resumes from the last checkpoint (none: a fresh start)
-    --load_checkpoint
     --logging_steps 1
     --seed 42
 )
+# relaunching the same command resumes from the last complete checkpoint (RESUME=0: start fresh)
+rft_resume train_grpo_cpu.sh
 # SYNC_OFF=1: the ablation run, the adapter is never sent (rollouts stay on the base model while the trainer moves)
 rft_switch SYNC_OFF 0 --vllm_sync_lora_skip
 

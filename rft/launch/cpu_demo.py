@@ -149,7 +149,7 @@ def build_model(out_dir: str | Path, arch: str = "qwen2", seed: int = 0, format_
 
     tok = build_tokenizer()
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(model_config(arch, tok), torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_config(model_config(arch, tok), dtype=torch.float32).eval()
     if format_steps:
         teach_format(model, tok, format_steps, seed)
     facts = {"arch": arch, "seed": seed, "format_steps": format_steps, "dtype": dtype,
