@@ -95,6 +95,7 @@ rft_switch SYNC_OFF 0 --vllm_sync_lora_skip
 
 if [[ "$DRY_RUN" == 0 ]]; then
     [[ -f "$INPUTS/model/config.json" ]] || "$PYTHON" -m rft.launch.cpu_demo "$INPUTS" --arch "$ARCH"
+    "$PYTHON" -m rft.launch.cpu_demo --deepspeed-ops   # built once, here, not by 3 actors at the same time
     RAY_TEMP="${RAY_TEMP:-/tmp/rft-ray-$$}"   # short: Ray's socket paths must stay under 108 characters
     if [[ -z "${RAY_ADDRESS:-}" ]]; then
         RAY_ADDRESS="$("$PYTHON" -m rft.launch.local_ray start "$RAY_TEMP" --num-gpus 4 --num-cpus 8)"

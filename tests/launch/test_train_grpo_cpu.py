@@ -89,10 +89,10 @@ def side_by_side(result: dict) -> str:
     lines = ["step  reward(sync)  reward(off)  vllm_kl(sync)  vllm_kl(off)  s/step(sync)"]
     prev = None
     for ra, rb in zip(a, b, strict=False):
-        dt = ra["timestamp"] - prev if prev else float("nan")
+        dt = ra["timestamp"] - prev if prev else None
         prev = ra["timestamp"]
-        lines.append(f"{ra['global_step']:4d}  {ra['reward']:12.3f}  {rb['reward']:11.3f}  {ra['vllm_kl']:13.5f}"
-                     f"  {rb['vllm_kl']:12.5f}  {dt:12.2f}")
+        cells = (ra.get("reward"), rb.get("reward"), ra.get("vllm_kl"), rb.get("vllm_kl"), dt)
+        lines.append(f"{ra['global_step']:4d}  " + "  ".join("null" if c is None else f"{c:.4g}" for c in cells))
     return "\n".join(lines)
 
 
