@@ -130,6 +130,11 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
             s = row["global_step"]
             row["vllm_kl"] = 3e-4 if s <= 3 else 0.03 * (s - 3)
         evals = {}
+    elif name == "nan_loss":  # the trainer's log-probs went NaN at step 1 (written as null)
+        rows = [base_row(s, rng) for s in range(1, 13)]
+        for row in rows:
+            row.update(policy_loss=None, kl=None, vllm_kl=None)
+        evals = {}
     elif name == "smoke_fail":
         rows = [base_row(s, rng) for s in range(1, 7)]
         for row in rows:
@@ -167,7 +172,7 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
 
 
 SCENARIOS = ("healthy", "flat", "spiking", "hacking", "collapsing", "unstable", "truncating", "early_stop",
-             "broken_sync", "sync_drift", "smoke_fail", "upstream_only", "judge_failing", "judge_pleasing")
+             "broken_sync", "sync_drift", "nan_loss", "smoke_fail", "upstream_only", "judge_failing", "judge_pleasing")
 
 
 def write_scenario(name: str, directory: Path) -> Path:

@@ -234,13 +234,26 @@ def data_files(a: argparse.Namespace, entry: str) -> dict[str, list[str]]:
     return roles
 
 
-def scan_jsonl(path: str, keys: list[str]) -> dict[str, str]:
-    """problem_hash -> 'file:line' for every row; ValueError naming file:line on a bad row."""
+MAX_UNLABELLED = 0.01  # rows without a label the run may carry (scored 0, counted as label_missing)
+
+
+def scan_jsonl(path: str, keys: list[str], label_key: str | None = None) -> tuple[dict[str, str], list[str]]:
+    """(problem_hash -> 'file:line' for every row, 'file:line' of rows without `label_key`).
+
+    ValueError names file:line on a bad row; rows without a label are returned, not refused, unless more than
+    MAX_UNLABELLED of the file lacks one.
+    """
     seen: dict[str, str] = {}
+    unlabelled: list[str] = []
+    rows = 0
     for lineno, row in iter_jsonl_lines(path):
+        rows += 1
         for key in keys:
             value = row.get(key)
             if value is None or (isinstance(value, str) and not value.strip()):
+                if key == label_key:
+                    unlabelled.append(f"{path}:{lineno}")
+                    continue
                 raise ValueError(
                     f"{path}:{lineno}: missing or empty key {key!r} (configured by the launch flags)"
                 )
@@ -250,7 +263,12 @@ def scan_jsonl(path: str, keys: list[str]) -> dict[str, str]:
         seen.setdefault(problem_hash(text), f"{path}:{lineno}")
     if not seen:
         raise ValueError(f"{path}: no rows")
-    return seen
+    if len(unlabelled) > MAX_UNLABELLED * rows:
+        raise ValueError(
+            f"{unlabelled[0]}: missing or empty key {label_key!r} (configured by the launch flags); "
+            f"{len(unlabelled)} of {rows} rows lack it (more than {MAX_UNLABELLED:.0%})"
+        )
+    return seen, unlabelled
 
 
 def check_data(a: argparse.Namespace, entry: str, rep: Report) -> dict[str, str]:
@@ -273,10 +291,16 @@ def check_data(a: argparse.Namespace, entry: str, rep: Report) -> dict[str, str]
                 rep.errors.append(f"{path}: expected a local .jsonl file")
                 continue
             try:
-                hashes.setdefault(role, {}).update(scan_jsonl(path, keys))
+                seen, unlabelled = scan_jsonl(path, keys, a.label_key if entry == "ppo" else None)
             except ValueError as e:
                 rep.errors.append(str(e))
                 continue
+            hashes.setdefault(role, {}).update(seen)
+            if unlabelled:
+                rep.warnings.append(
+                    f"data: {len(unlabelled)} row(s) of {path} without {a.label_key!r} (e.g. {unlabelled[0]}): "
+                    "the reward scores them 0 and the metrics count them as label_missing"
+                )
             rep.notes.append(f"data: {path} ({role}) keys {keys} present")
     common = set(hashes.get("train", {})) & set(hashes.get("eval", {}))
     if common:

@@ -169,3 +169,18 @@ def batch_reward_stats_of(experiences: list, group_size: int) -> dict[str, float
         group_size,
     )
     return {**stats, **judge_stats([e.info for e in experiences])}
+
+
+def repair_rollout_log_probs(
+    rollout: torch.Tensor, trainer: torch.Tensor, action_mask: torch.Tensor | None
+) -> torch.Tensor:
+    """Replace non-finite vLLM log-probs (in place) by the trainer's; per sample, how many action tokens were.
+
+    One NaN or -inf there makes the vLLM IS weight and `vllm_kl` NaN (NaN * 0 is NaN, so padding too), and after
+    one optimizer step every weight. A repaired token gets IS weight 1 and no share of `vllm_kl`.
+    """
+    bad = ~torch.isfinite(rollout)
+    if bad.any():
+        rollout[bad] = trainer.to(rollout.dtype)[bad]
+    counted = bad & action_mask.bool() if action_mask is not None else bad
+    return counted.sum(dim=-1).float()

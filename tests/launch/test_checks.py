@@ -511,3 +511,18 @@ def test_reward_switch_and_judge_dry_run(patched_root, data_dir, tmp_path, monke
     assert run_script("train_grpo_20b.sh", {**base, "REWARD": "gemini"}, "--dry-run").returncode != 0
     res = run_script("train_grpo_20b.sh", {**base, "REWARD": "em"}, "--dry-run")
     assert "judge:" not in res.stderr and "reward_func_em.py" in res.stdout
+
+
+def test_a_few_rows_without_a_label_are_carried_and_counted(tmp_path):
+    """Up to 1% of rows may lack the label (scored 0 and counted in the run); more is refused, naming a row."""
+    path = tmp_path / "pool.jsonl"
+    rows = [{"input": f"problem {i}", "label": str(i)} for i in range(200)]
+    del rows[10]["label"]
+    atomic_write_jsonl(path, rows)
+    seen, unlabelled = launch.scan_jsonl(str(path), ["input", "label"], "label")
+    assert len(seen) == 200 and unlabelled == [f"{path}:11"]
+    for i in (20, 30):
+        del rows[i]["label"]
+    atomic_write_jsonl(path, rows)
+    with pytest.raises(ValueError, match=r"pool.jsonl:11: missing or empty key 'label'.*3 of 200 rows"):
+        launch.scan_jsonl(str(path), ["input", "label"], "label")

@@ -22,6 +22,7 @@ EXPECTED = {
     "truncating": (1, {"high truncation": WARN}),
     "early_stop": (2, {"OOD probe early stopping": STOP, "reward hacking": WARN}),
     "broken_sync": (2, {"rollout/trainer agreement": FAIL}),
+    "nan_loss": (2, {"non-finite values": FAIL, "flat learning": WARN}),  # a NaN run learns nothing
     "sync_drift": (2, {"rollout/trainer agreement": FAIL, "flat learning": WARN}),  # rollouts from the base model
     "smoke_fail": (2, {"reward_mean not stuck at 0/1": FAIL, "has_boxed > 50% and not falling": FAIL,
                        "truncated < 50%": FAIL}),

@@ -11,6 +11,7 @@ from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
 from rft.train.robust_rewards import (
     batch_reward_stats,
+    repair_rollout_log_probs,
     sanitize_extra_logs,
     sanitize_reward,
     to_number,
@@ -163,3 +164,23 @@ def test_batch_reward_stats_of_orders_groups_and_adds_judge_stats():
     assert s["judge_fail_rate"] == pytest.approx(1 / 3)
     no_judge = [SimpleNamespace(index=[0], rewards=torch.tensor([1.0]), info={"correctness": torch.tensor([1.0])})]
     assert "judge_fail_rate" not in batch_reward_stats_of(no_judge, 1)
+
+
+def test_non_finite_vllm_log_probs_are_repaired_before_they_poison_the_loss(patched_openrlhf):  # noqa: F811
+    """One -inf (or NaN) vLLM log-prob makes the real patched PolicyLoss NaN; repaired, the loss is finite."""
+    from openrlhf.models.loss import PolicyLoss
+
+    torch.manual_seed(0)
+    trainer = -torch.rand(2, 5) * 3
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+    rollout = trainer + 0.01 * torch.randn(2, 5)
+    rollout[0, 2], rollout[1, 4], rollout[0, 4] = -math.inf, math.nan, math.nan  # [0, 4] is padding
+    adv = torch.randn(2, 5)
+    loss_fn = PolicyLoss(enable_vllm_is_correction=True, vllm_is_truncated_threshold=[0.5, 5.0])
+    loss, _, _, vllm_kl = loss_fn(trainer.clone().requires_grad_(), trainer, adv, mask, rollout.clone())
+    assert not (torch.isfinite(loss) and torch.isfinite(vllm_kl))  # what 0.9.3 trains on
+    counts = repair_rollout_log_probs(rollout, trainer, mask)
+    assert counts.tolist() == [1.0, 1.0] and rollout[0, 2] == trainer[0, 2] and rollout[1, 4] == trainer[1, 4]
+    assert rollout[0, 4] == trainer[0, 4]  # padding too (NaN * 0 is NaN in a masked mean), but not counted
+    loss, _, _, vllm_kl = loss_fn(trainer.clone().requires_grad_(), trainer, adv, mask, rollout)
+    assert torch.isfinite(loss) and torch.isfinite(vllm_kl)
