@@ -377,11 +377,16 @@ def existing_ancestor(path: str) -> Path:
     return p
 
 
+def free_gib(path: Path) -> float:
+    """Free space, in GiB, of the filesystem holding `path` (which must exist)."""
+    return shutil.disk_usage(path).free / GIB
+
+
 def check_disk(paths: list[str], min_gib: float, rep: Report) -> None:
     """Free space where checkpoints and saved models go."""
     for path in paths:
         base = existing_ancestor(path)
-        free = shutil.disk_usage(base).free / GIB
+        free = free_gib(base)
         msg = f"disk: {path} ({base}) has {free:.0f} GiB free"
         if free < min_gib:
             rep.blocking.append(f"{msg}, needs >= {min_gib:g} GiB")

@@ -375,6 +375,8 @@ def test_git_state_and_tag(repo, monkeypatch):
     assert "not named attempt-NN-desc" in launch.git_state(repo, None).problem
 
 
+NODE_DISK_FREE_GIB = 3000.0
+
 FAKE_SMI = """#!/usr/bin/env bash
 # stand-in for the 8xH100 node's nvidia-smi (the only hardware piece this test lacks)
 for i in 0 1 2 3 4 5 6 7; do echo "$i, NVIDIA H100 80GB HBM3, 81559"; done
@@ -387,6 +389,8 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
     (bin_dir / "nvidia-smi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    # stand-in for the node's data disk: this machine's /tmp may hold less than the 50 GiB the 20b profile asks
+    monkeypatch.setattr(launch, "free_gib", lambda path: NODE_DISK_FREE_GIB)
     monkeypatch.setenv(launch.OPENRLHF_DIR_ENV, str(patched_root))
     monkeypatch.setenv("RUN_RECORD_DIR", str(tmp_path / "records"))
     monkeypatch.setenv("RFT_LAUNCH_NO_EXEC", "1")
@@ -432,6 +436,20 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     assert record["chat_date"] == today and record["started_local"].startswith(today)
     assert f"chat_date {today}" in out.err and f"--chat-date {today}" in out.err
     assert parse_command_text(out.out.strip())[3:] == flags
+
+
+def test_check_disk_reads_the_real_filesystem(tmp_path):
+    """Blocks below the profile's need, names the path and its nearest existing parent; notes it otherwise."""
+    free = shutil.disk_usage(tmp_path).free / launch.GIB
+    assert launch.free_gib(tmp_path) == pytest.approx(free, rel=0.01)
+    target = str(tmp_path / "not" / "yet" / "ckpt")
+    short = launch.Report()
+    launch.check_disk([target], free * 2 + 1, short)
+    (msg,) = short.blocking
+    assert msg.startswith(f"disk: {target} ({tmp_path}) has ") and "needs >= " in msg and not short.notes
+    enough = launch.Report()
+    launch.check_disk([target, str(tmp_path)], 0, enough)
+    assert not enough.blocking and len(enough.notes) == 2
 
 
 def test_real_launch_without_gpus_says_so(patched_root, data_dir, tmp_path):
