@@ -1,17 +1,18 @@
 """The patched OpenRLHF `ActorPPOTrainer` on CPU: real argparse, real DeepSpeed ZeRO-3 engine on gloo, tiny LoRA Llama.
 
-Stand-ins only for hardware: `torch.cuda.synchronize` is a no-op and `torch.cuda.current_device` is the CPU
-(`cuda_standins`); the DeepSpeed config gets bf16 off and a torch AdamW (FusedAdam needs CUDA) (`cpu_ds_config`).
+Stand-ins only for hardware: the CPU profile's own `torch.cuda` stand-ins (`rft.train.cpu_standins.install`, which
+the callers run first); the DeepSpeed config gets bf16 off and a torch AdamW (FusedAdam needs CUDA) (`cpu_ds_config`).
 The patched `openrlhf` must already be importable (the `patched_openrlhf` fixture, or PYTHONPATH in a subprocess).
 """
 
 from __future__ import annotations
 
 import os
-import socket
-from collections.abc import Callable
 
 import torch
+
+from rft.launch.local_ray import free_port
+from rft.train.cpu_standins import install_in_order_allgather
 
 # flags every test run needs (OpenRLHF validation wants a prompt source, a reward and batch sizes)
 BASE_FLAGS = ["--pretrain", "tiny", "--prompt_data", "d", "--actor_num_gpus_per_node", "1",
@@ -20,28 +21,16 @@ BASE_FLAGS = ["--pretrain", "tiny", "--prompt_data", "d", "--actor_num_gpus_per_
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def init_gloo(rank: int = 0, world_size: int = 1, port: int | None = None) -> None:
-    """torch.distributed on gloo through DeepSpeed (no-op if a group already exists)."""
+    """torch.distributed on gloo through DeepSpeed (no-op if a group already exists), with its in-order all-gather."""
     import deepspeed
 
+    install_in_order_allgather()  # gloo, unlike NCCL, completes async gathers out of order (see cpu_standins)
     if torch.distributed.is_initialized():
         return
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port or free_port()), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK="0")
     deepspeed.init_distributed(dist_backend="gloo")
-
-
-def cuda_standins(setattr_: Callable = setattr) -> None:
-    """CPU stand-ins for the two CUDA calls the trainer makes (pass monkeypatch.setattr to undo them later)."""
-    setattr_(torch.cuda, "synchronize", lambda *a, **k: None)
-    setattr_(torch.cuda, "current_device", lambda: torch.device("cpu"))
 
 
 def trainer_args(extra: list[str]):
@@ -106,13 +95,6 @@ def build_trainer(args, model: torch.nn.Module, *, lr: float = 1e-2, vllm_engine
     optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=args.adam_betas)
     sched = get_scheduler("constant", optim)
     actor, optim, sched = strategy.prepare((actor, optim, sched), is_rlhf=True)
-    # NaiveReplayBuffer formats f"cuda:{current_device()}" into a device it only uses in .sample() (unused
-    # by ppo_train): let it build that object, then go back to the CPU stand-in
-    cpu_device = torch.cuda.current_device
-    torch.cuda.current_device = lambda: 0
-    try:
-        return ActorPPOTrainer(strategy, actor, ema_model=None, actor_optim=optim, actor_scheduler=sched,
-                               micro_train_batch_size=args.micro_train_batch_size, eps_clip=args.eps_clip,
-                               vllm_engines=vllm_engines)
-    finally:
-        torch.cuda.current_device = cpu_device
+    return ActorPPOTrainer(strategy, actor, ema_model=None, actor_optim=optim, actor_scheduler=sched,
+                           micro_train_batch_size=args.micro_train_batch_size, eps_clip=args.eps_clip,
+                           vllm_engines=vllm_engines)

@@ -15,7 +15,9 @@ import os
 import sys
 
 import torch
-from cpu_trainer import TARGETS, build_trainer, cuda_standins, init_gloo, tiny_lora_model, trainer_args
+from cpu_trainer import TARGETS, build_trainer, init_gloo, tiny_lora_model, trainer_args
+
+from rft.train.cpu_standins import install as install_cuda_standins
 
 PROMPT_LEN, RESPONSE_LEN, VOCAB = 6, 5, 96
 MICRO_PER_RANK, GA = 4, 2  # train_batch_size 4 = micro 1 x world 2 x GA 2 -> 2 optimizer steps per call
@@ -57,7 +59,7 @@ def make_experiences(model, rank: int, call: int, adv_scale: float):
 def main() -> None:
     rank, world, port, out_path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     init_gloo(rank, world, port)
-    cuda_standins()
+    install_cuda_standins()
     args = trainer_args(["--micro_train_batch_size", "1", "--train_batch_size", str(GA * world), "--lora_rank",
                          "4", "--lora_alpha", "8", "--target_modules", *TARGETS])
     model, _ = tiny_lora_model(args)

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rft.launch.local_ray import free_port
+
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 
 
@@ -27,13 +29,6 @@ def missing_binaries() -> list[str]:
         **{b: shutil.which(b) for b in ("ssh", "ssh-keygen", "tmux", "rsync", "git")},
     }
     return [name for name, path in need.items() if path is None]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

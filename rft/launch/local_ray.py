@@ -8,7 +8,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -25,15 +27,62 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(temp_dir: str, num_gpus: int, num_cpus: int) -> str:
-    """Start a head node bound to 127.0.0.1 with `num_gpus` logical GPUs; returns its address."""
-    port = free_port()
-    cmd = [
-        os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head",
-        "--node-ip-address", "127.0.0.1", "--port", str(port), "--ray-client-server-port", str(free_port()),
+# Ray's fixed defaults (object manager 8076, dashboard agent 52365, workers 10002-19999) are the same for every
+# cluster: a second head on the machine collided on them ("Failed to start the grpc server ... port 10005").
+# Each head gets its own ports: single ones from the kernel, and a window of worker ports below the kernel's
+# ephemeral range (32768 up on Linux), so no port the kernel hands out lands in it.
+SINGLE_PORTS = ["--port", "--ray-client-server-port", "--object-manager-port", "--node-manager-port",
+                "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+                "--metrics-export-port"]
+WORKER_RANGE = (20000, 32767)
+WORKER_WINDOW = 200
+
+
+def single_port_flags() -> list[str]:
+    """SINGLE_PORTS, less the Ray Client server's where its extra (grpc) is missing: Ray then starts none."""
+    has_client = importlib.util.find_spec("grpc") is not None
+    return [f for f in SINGLE_PORTS if has_client or f != "--ray-client-server-port"]
+
+
+def port_is_free(port: int) -> bool:
+    """Whether `port` can be bound on 127.0.0.1 now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def worker_window(rng: random.Random | None = None, tries: int = 50) -> tuple[int, int]:
+    """A random window of WORKER_WINDOW worker ports in WORKER_RANGE, each free now; (min, max) inclusive."""
+    rng = rng or random.Random()
+    lo, hi = WORKER_RANGE
+    for _ in range(tries):
+        first = lo + rng.randrange((hi - lo + 1) // WORKER_WINDOW) * WORKER_WINDOW
+        if all(port_is_free(p) for p in range(first, first + WORKER_WINDOW)):
+            return first, first + WORKER_WINDOW - 1
+    raise RuntimeError(f"no window of {WORKER_WINDOW} free ports in {lo}-{hi} after {tries} tries")
+
+
+def start_command(temp_dir: str, num_gpus: int, num_cpus: int) -> list[str]:
+    """`ray start --head` on 127.0.0.1 with ports of its own (see SINGLE_PORTS)."""
+    ports: list[str] = []
+    for flag in single_port_flags():
+        ports += [flag, str(free_port())]
+    first, last = worker_window()
+    return [
+        os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", "--node-ip-address", "127.0.0.1",
+        *ports, "--min-worker-port", str(first), "--max-worker-port", str(last),
         "--num-gpus", str(num_gpus), "--num-cpus", str(num_cpus), "--temp-dir", temp_dir,
         "--include-dashboard", "false", "--disable-usage-stats",
     ]
+
+
+def start(temp_dir: str, num_gpus: int, num_cpus: int) -> str:
+    """Start a head node bound to 127.0.0.1 with `num_gpus` logical GPUs; returns its address."""
+    cmd = start_command(temp_dir, num_gpus, num_cpus)
+    port = cmd[cmd.index("--port") + 1]
     res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **LOOPBACK_ENV})
     if res.returncode != 0:
         raise RuntimeError(f"ray start failed ({res.returncode}):\n{res.stdout}{res.stderr}")

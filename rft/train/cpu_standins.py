@@ -1,7 +1,7 @@
-"""torch.cuda stand-ins for the CPU profile (train_grpo_cpu.sh): OpenRLHF 0.9.3's Ray actors on a machine without a GPU.
+"""CPU stand-ins for the CPU profile (train_grpo_cpu.sh): OpenRLHF 0.9.3's Ray actors on a machine without a GPU.
 
 Active only when the CPU profile's `scripts/cpu_profile` directory is on PYTHONPATH and RFT_CPU_STANDINS=1:
-its `sitecustomize.py` calls `install_on_torch_import()` at the start of every process that inherits that
+its `sitecustomize.py` calls `install_on_import()` at the start of every process that inherits that
 environment (the driver, Ray's workers, vLLM's engine core). The GPU path never imports this module, and the
 patches do not know about it. Each call site was shown necessary by switching its stand-in off alone
 (line numbers: pristine 0.9.3, patched in brackets):
@@ -14,6 +14,14 @@ patches do not know about it. Each call site was shown necessary by switching it
   `CPU_DEVICE`, a str equal to "cpu" (torch parses it as the CPU) that formats as "0" (the f-string stays valid).
 - `torch.cuda.synchronize()`: `utils/distributed_util.py:10` (at actor init and after every sync),
   `trainer/ray/ppo_actor.py:510` (609). Stand-in: nothing to wait for.
+- NCCL's in-order completion, which DeepSpeed 0.18.5's blocking `Init._allgather_params_coalesced`
+  (`runtime/zero/partition_parameters.py:1892`, behind every `GatheredParameters` of 2+ parameters, e.g.
+  transformers' ZeRO-3 `from_pretrained` of a Linear with a bias) relies on: it launches one async all-gather per
+  parameter and waits only for the last ("Wait ensures the operation is enqueued"); on CUDA the accelerator then
+  synchronizes the stream. Gloo finishes async work out of order on its own threads and the CPU accelerator skips
+  that synchronize, so the weight's gather could land after rank 0 loaded the checkpoint into it: about 1 load in
+  4 left garbage (sometimes NaN) in a q/k/v_proj partition. Stand-in: DeepSpeed's own blocking per-parameter
+  gather (`_allgather_params_sequential`).
 
 Not needed: `init_device_mesh("cuda")` (works on gloo), `torch.cuda.empty_cache` (a no-op without CUDA).
 NCCL is never reached: DeepSpeed picks its CPU accelerator and gloo by itself, and the LoRA sync goes
@@ -22,12 +30,14 @@ through the Ray object store (`--vllm_sync_lora_via_object_store`), not a proces
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import sys
 from collections.abc import Callable
 from types import ModuleType
 
 ENV = "RFT_CPU_STANDINS"
+ZERO_PARAMS = "deepspeed.runtime.zero.partition_parameters"
 
 
 class _CpuDeviceIndex(str):
@@ -61,16 +71,14 @@ def _synchronize(device: object = None) -> None:
     return None
 
 
-def install(torch: ModuleType | None = None) -> None:
-    """Replace the three torch.cuda functions of an imported torch (idempotent)."""
+def install(torch: ModuleType | None = None, setattr_: Callable = setattr) -> None:
+    """Replace the three torch.cuda functions of an imported torch (idempotent); tests pass monkeypatch.setattr."""
     torch = torch if torch is not None else sys.modules["torch"]
     cuda = torch.cuda
-    if getattr(cuda, "_rft_cpu_standins", False):
-        return
-    cuda.set_device = _set_device
-    cuda.current_device = _current_device
-    cuda.synchronize = _synchronize
-    cuda._rft_cpu_standins = True
+    for name, standin in (("set_device", _set_device), ("current_device", _current_device),
+                          ("synchronize", _synchronize)):
+        if getattr(cuda, name) is not standin:
+            setattr_(cuda, name, standin)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -98,9 +106,22 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return None
 
 
-def install_on_torch_import() -> None:
-    """Install now if torch is imported, else right after it is (importing nothing itself)."""
-    if "torch" in sys.modules:
-        install(sys.modules["torch"])
-    else:
-        sys.meta_path.insert(0, _AfterImport("torch", install))
+def _allgather_params_in_order(self, param_list, hierarchy=0, quantize=False):
+    """Blocking gather of each parameter in turn (DeepSpeed's own sequential path): complete on return, on gloo."""
+    return self._allgather_params_sequential(param_list, hierarchy=hierarchy)
+
+
+def install_in_order_allgather(partition_parameters: ModuleType | None = None, setattr_: Callable = setattr) -> None:
+    """Route DeepSpeed's blocking coalesced all-gather through its sequential one (see the module docstring)."""
+    module = partition_parameters or importlib.import_module(ZERO_PARAMS)
+    if module.Init._allgather_params_coalesced is not _allgather_params_in_order:
+        setattr_(module.Init, "_allgather_params_coalesced", _allgather_params_in_order)
+
+
+def install_on_import() -> None:
+    """Install each stand-in now if its module is imported, else right after it is (importing nothing itself)."""
+    for name, hook in (("torch", install), (ZERO_PARAMS, install_in_order_allgather)):
+        if name in sys.modules:
+            hook(sys.modules[name])
+        else:
+            sys.meta_path.insert(0, _AfterImport(name, hook))

@@ -16,7 +16,6 @@ import statistics
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -80,22 +79,9 @@ def runs(tmp_path_factory, inputs) -> dict:
     for name, env in (("sync", {}), ("nosync", {"SYNC_OFF": "1"})):
         started = time.time()
         rc, log = run(out, inputs, name, **env)
-        if rc == 0 and non_finite_from_step_1(out / name):
-            # seen in 3 of ~15 runs, cause not found (README): the monitor FAILs it; the test says so and reruns once
-            warnings.warn(f"{name}: NaN policy loss from step 1 (known intermittent defect); rerunning once",
-                          stacklevel=1)
-            name = f"{name}-retry"
-            rc, log = run(out, inputs, name, **env)
-        result[name.removesuffix("-retry")] = {"rc": rc, "log": log, "dir": out / name,
-                                               "seconds": time.time() - started}
+        result[name] = {"rc": rc, "log": log, "dir": out / name, "seconds": time.time() - started}
     print(side_by_side(result))
     return result
-
-
-def non_finite_from_step_1(run_dir: Path) -> bool:
-    """True when the run's policy loss was NaN (logged as null) from its first step."""
-    rows = train_rows(run_dir)
-    return bool(rows) and rows[0].get("policy_loss") is None
 
 
 def side_by_side(result: dict) -> str:
@@ -116,6 +102,11 @@ def test_reward_rises_only_when_rollouts_come_from_the_trained_policy(runs):
         assert runs[name]["rc"] == 0, runs[name]["log"][-6000:]
     on, off = train_rows(runs["sync"]["dir"]), train_rows(runs["nosync"]["dir"])
     assert [r["global_step"] for r in on] == list(range(1, 33)) == [r["global_step"] for r in off]
+    # step 1: the actor (LoRA B = 0) is the reference model, so both loaded the same weights; a ZeRO-3 load that
+    # left garbage in a partition shows here first (kl 10, or NaN everywhere: see rft/train/cpu_standins.py)
+    for rows in (on, off):
+        assert rows[0]["kl"] is not None and abs(rows[0]["kl"]) < 1e-6, rows[0]
+        assert all(r["policy_loss"] is not None for r in rows), [r["policy_loss"] for r in rows]
     r_on, r_off = series(on, "reward"), series(off, "reward")
     start_on, end_on = statistics.fmean(r_on[:4]), statistics.fmean(r_on[-8:])
     start_off, end_off = statistics.fmean(r_off[:4]), statistics.fmean(r_off[-8:])

@@ -20,7 +20,6 @@ import torch
 from cpu_trainer import (
     TARGETS,
     build_trainer,
-    cuda_standins,
     init_gloo,
     tiny_llama_config,
     tiny_lora_model,
@@ -34,6 +33,7 @@ from patched_openrlhf import (
 from vllm_layout import VllmLayoutLlama, tp_logits
 
 from rft.train import lora_sync
+from rft.train.cpu_standins import install as install_cuda_standins
 from rft.train.lora_sync import LoraSyncError
 
 FP32_TOL = 1e-5  # max |logit difference| worker vs PEFT, fp32 (logits std ~0.5 here)
@@ -138,7 +138,7 @@ def world(patched_openrlhf):  # noqa: F811
 
 
 def _setup(ray_local, monkeypatch, *, engines=TP_SIZES, worker_kind="patched", extra=()):
-    cuda_standins(monkeypatch.setattr)
+    install_cuda_standins(setattr_=monkeypatch.setattr)
     args = trainer_args(["--micro_train_batch_size", "1", "--train_batch_size", "1", "--lora_rank", "4",
                          "--lora_alpha", "8", "--target_modules", *TARGETS, "--vllm_num_engines", str(len(engines)),
                          "--vllm_tensor_parallel_size", str(max(engines)), "--vllm_sync_lora_via_object_store",
@@ -262,7 +262,7 @@ def test_cuda_synchronize_precedes_weight_sync_group_init(world, monkeypatch):
     import ray
 
     events = []
-    cuda_standins(monkeypatch.setattr)
+    install_cuda_standins(setattr_=monkeypatch.setattr)
     args = trainer_args(["--micro_train_batch_size", "1", "--train_batch_size", "1", "--vllm_num_engines", "1"])
     model, _ = tiny_lora_model(SimpleNamespace(**{**vars(args), "lora_rank": 4, "lora_alpha": 8,
                                                   "target_modules": TARGETS}))

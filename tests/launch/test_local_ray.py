@@ -1,0 +1,76 @@
+"""rft/launch/local_ray.py: private Ray heads on 127.0.0.1, with real `ray start`, side by side on one machine."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from rft.launch import local_ray
+
+pytest.importorskip("ray")
+pytest.importorskip("psutil")
+
+# one task on the cluster, which makes Ray start a worker process (a port from the head's worker window)
+TASK = """
+import sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+print(int(ray.cluster_resources()["GPU"]), ray.get(ray.remote(lambda: 41 + 1).remote()))
+"""
+
+
+def test_worker_window_is_free_and_below_the_ephemeral_range():
+    first, last = local_ray.worker_window(random.Random(3))
+    lo, hi = local_ray.WORKER_RANGE
+    assert last - first + 1 == local_ray.WORKER_WINDOW and lo <= first and last <= hi
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        assert hi < int(f.read().split()[0])  # the kernel never hands out a port inside a window
+    # A port in use inside that window: the same draw moves on to another window.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", first + 7))
+        assert not local_ray.port_is_free(first + 7)
+        other = local_ray.worker_window(random.Random(3))
+    assert other != (first, last) and not other[0] <= first + 7 <= other[1]
+
+
+def test_start_command_gives_every_port_flag_its_own_value():
+    cmd = local_ray.start_command("/tmp/x", 4, 8)
+    flags = local_ray.single_port_flags()
+    assert set(local_ray.SINGLE_PORTS) - set(flags) <= {"--ray-client-server-port"}
+    values = [cmd[cmd.index(flag) + 1] for flag in flags]
+    assert len(set(values)) == len(values) and all(v.isdigit() for v in values)
+    first, last = int(cmd[cmd.index("--min-worker-port") + 1]), int(cmd[cmd.index("--max-worker-port") + 1])
+    assert last - first + 1 == local_ray.WORKER_WINDOW and not any(first <= int(v) <= last for v in values)
+
+
+def run_task(address: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", TASK, address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **local_ray.LOOPBACK_ENV})
+
+
+def test_two_private_heads_run_side_by_side_and_stop_apart():
+    """Two heads at once (what used to fail on port 10005), tasks on both at once; stopping one spares the other."""
+    with tempfile.TemporaryDirectory(prefix="rft-ray-a") as a, tempfile.TemporaryDirectory(prefix="rft-ray-b") as b:
+        addr_a = local_ray.start(a, num_gpus=1, num_cpus=2)
+        try:
+            addr_b = local_ray.start(b, num_gpus=2, num_cpus=2)
+            try:
+                jobs = [run_task(addr_a), run_task(addr_b)]
+                outs = [j.communicate(timeout=240) for j in jobs]
+                assert [j.returncode for j in jobs] == [0, 0], outs
+                assert [o[0].split() for o in outs] == [["1", "42"], ["2", "42"]]
+                assert local_ray.stop(a, addr_a) > 0
+                assert local_ray.cluster_processes(a, addr_a) == []
+                after = run_task(addr_b)
+                out, err = after.communicate(timeout=240)
+                assert after.returncode == 0 and out.split() == ["2", "42"], err
+            finally:
+                local_ray.stop(b, addr_b)
+            assert local_ray.cluster_processes(b, addr_b) == []
+        finally:
+            local_ray.stop(a, addr_a)
