@@ -26,6 +26,18 @@ def kill_tmux_server(socket_name: str) -> None:
     sock.unlink(missing_ok=True)
 
 
+def dead_pane(runner: JobRunner, name: str, timeout: float = 10):
+    """The job's pane once tmux marks it dead *and* has its exit status (tmux reaps the child after the pty EOF)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        session = runner.server.sessions.get(session_name=name, default=None)
+        assert session is not None, f"the dead job's session {name!r} vanished: remain-on-exit was not on"
+        pane = session.active_pane
+        if (pane.pane_dead == "1" and pane.pane_dead_status is not None) or time.monotonic() > deadline:
+            return pane
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def tmux_socket():
     """A unique tmux socket name; its server is killed at teardown."""
@@ -60,8 +72,8 @@ def test_exit_statuses_of_succeeding_and_failing_jobs(runner):
     assert Path(ok.log).read_text().splitlines() == ["hello", str(runner.repo)]  # ran in the repo dir
     assert Path(bad.log).read_text() == "oops\n"  # stderr is teed too
     # remain-on-exit came from the server's config: the fast-failing job's pane is still there, dead
-    session = runner.server.sessions.get(session_name="bad")
-    assert session.active_pane.pane_dead == "1" and session.active_pane.pane_dead_status == "3"
+    pane = dead_pane(runner, "bad")
+    assert pane.pane_dead == "1" and pane.pane_dead_status == "3"
     assert runner.server.cmd("show-options", "-g", "remain-on-exit").stdout == ["remain-on-exit on"]
     assert [j.name for j in runner.list()] == ["ok", "bad"]
 
@@ -72,9 +84,8 @@ def test_fast_failing_first_job_keeps_its_pane_from_the_server_config(runner):
     runner.start("instant", ["/bin/false"])
     info = runner.wait("instant", timeout=20)
     assert (info.state, info.exit_code) == ("exited", 1)
-    session = runner.server.sessions.get(session_name="instant")
-    assert session is not None, "the dead job's session vanished: remain-on-exit was not on at start"
-    assert session.active_pane.pane_dead == "1" and session.active_pane.pane_dead_status == "1"
+    pane = dead_pane(runner, "instant")
+    assert pane.pane_dead == "1" and pane.pane_dead_status == "1"
 
 
 def test_wrapper_records_the_commands_status_not_tees(tmp_path):
