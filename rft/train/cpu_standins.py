@@ -36,7 +36,6 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
-ENV = "RFT_CPU_STANDINS"
 ZERO_PARAMS = "deepspeed.runtime.zero.partition_parameters"
 
 

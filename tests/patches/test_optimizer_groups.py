@@ -12,15 +12,14 @@ from patched_openrlhf import run_apply, stub_env
 # One optimizer step of a LoRA model through OpenRLHF's own grouping, a ZeRO-3 engine and transformers'
 # scheduler, as DeepspeedStrategy.create_optimizer + prepare do (torch AdamW: FusedAdam needs CUDA).
 STEP = r"""
-import os, socket
+import os
 import deepspeed, torch
 from peft import LoraConfig, get_peft_model
 from transformers import Qwen2Config, Qwen2ForCausalLM, get_scheduler
 from openrlhf.utils.deepspeed.deepspeed_utils import get_optimizer_grouped_parameters
+from rft.launch.local_ray import free_port
 
-with socket.socket() as s:
-    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
 deepspeed.init_distributed(dist_backend="gloo")
 torch.manual_seed(0)
 cfg = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,

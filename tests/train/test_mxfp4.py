@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from cpu_trainer import init_gloo
 from mxfp4_fixtures import build_mxfp4_checkpoint
 from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
@@ -31,14 +31,7 @@ def ckpt(tmp_path_factory) -> tuple[Path, dict[str, torch.Tensor]]:
 
 @pytest.fixture(scope="module")
 def dist_world():
-    import deepspeed
-
-    if not torch.distributed.is_initialized():
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-        deepspeed.init_distributed(dist_backend="gloo")
+    init_gloo()
     yield
 
 
