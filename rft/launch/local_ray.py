@@ -27,10 +27,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# Ray's fixed defaults (object manager 8076, dashboard agent 52365, workers 10002-19999) are the same for every
-# cluster: a second head on the machine collided on them ("Failed to start the grpc server ... port 10005").
-# Each head gets its own ports: single ones from the kernel, and a window of worker ports below the kernel's
-# ephemeral range (32768 up on Linux), so no port the kernel hands out lands in it.
+# Ray's fixed defaults (Ray 2.48: client server 10001, dashboard agent 52365, workers 10002-19999) are the same
+# for every cluster: a second head on the machine collided on them ("Failed to start the grpc server ... port
+# 10005"). Each head gets its own ports: every single one from the kernel (the rest are pinned too, so nothing
+# is left to Ray's choice), and a window of worker ports below the kernel's ephemeral range (32768 up on Linux),
+# so no port the kernel hands out lands in it.
 SINGLE_PORTS = ["--port", "--ray-client-server-port", "--object-manager-port", "--node-manager-port",
                 "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
                 "--metrics-export-port"]
