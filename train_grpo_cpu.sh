@@ -20,9 +20,9 @@ export SPIKE_LOG_PATH="${SPIKE_LOG_PATH:-$METRICS_LOG_DIR/spike_log.jsonl}"
 export SAMPLES_LOG_EVERY="${SAMPLES_LOG_EVERY:-4}"
 REWARD_FUNC="${REWARD_FUNC:-$(rft_reward_func)}"
 
-# CPU profile: torch.cuda stand-ins (rft/train/cpu_standins.py) and the flash_attn import stand-in, given to
+# CPU profile: torch.cuda stand-ins (rft/cpu/standins.py) and the flash_attn import stand-in, given to
 # every Ray worker and vLLM engine through the environment they inherit from the raylet started below.
-export PYTHONPATH="$RFT_ROOT/scripts/cpu_profile:$PYTHONPATH"
+export PYTHONPATH="$RFT_ROOT/rft/cpu/site:$PYTHONPATH"
 export RFT_CPU_STANDINS=1
 export TORCHDYNAMO_DISABLE=1 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 export VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_ALLOW_INSECURE_SERIALIZATION=1
@@ -94,13 +94,13 @@ rft_resume train_grpo_cpu.sh
 rft_switch SYNC_OFF 0 --vllm_sync_lora_skip
 
 if [[ "$DRY_RUN" == 0 ]]; then
-    [[ -f "$INPUTS/model/config.json" ]] || "$PYTHON" -m rft.launch.cpu_demo "$INPUTS" --arch "$ARCH"
-    "$PYTHON" -m rft.launch.cpu_demo --deepspeed-ops   # built once, here, not by 3 actors at the same time
+    [[ -f "$INPUTS/model/config.json" ]] || "$PYTHON" -m rft.cpu.demo "$INPUTS" --arch "$ARCH"
+    "$PYTHON" -m rft.cpu.demo --deepspeed-ops   # built once, here, not by 3 actors at the same time
     RAY_TEMP="${RAY_TEMP:-/tmp/rft-ray-$$}"   # short: Ray's socket paths must stay under 108 characters
     if [[ -z "${RAY_ADDRESS:-}" ]]; then
-        RAY_ADDRESS="$("$PYTHON" -m rft.launch.local_ray start "$RAY_TEMP" --num-gpus 4 --num-cpus 8)"
+        RAY_ADDRESS="$("$PYTHON" -m rft.cpu.local_ray start "$RAY_TEMP" --num-gpus 4 --num-cpus 8)"
         export RAY_ADDRESS
-        trap '"$PYTHON" -m rft.launch.local_ray stop "$RAY_TEMP" "$RAY_ADDRESS" || true; rm -rf "$RAY_TEMP"' EXIT
+        trap '"$PYTHON" -m rft.cpu.local_ray stop "$RAY_TEMP" "$RAY_ADDRESS" || true; rm -rf "$RAY_TEMP"' EXIT
     fi
     mkdir -p "$RUN_DIR" "$METRICS_LOG_DIR"
     touch "$SPIKE_LOG_PATH"   # empty = no spike; the patched trainer appends one line per spike

@@ -1,6 +1,6 @@
 """The patched OpenRLHF `ActorPPOTrainer` on CPU: real argparse, real DeepSpeed ZeRO-3 engine on gloo, tiny LoRA Llama.
 
-Stand-ins only for hardware: the CPU profile's own `torch.cuda` stand-ins (`rft.train.cpu_standins.install`, which
+Stand-ins only for hardware: the CPU profile's own `torch.cuda` stand-ins (`rft.cpu.standins.install`, which
 the callers run first); the DeepSpeed config gets bf16 off and a torch AdamW (FusedAdam needs CUDA) (`cpu_ds_config`).
 The patched `openrlhf` must already be importable (the `patched_openrlhf` fixture, or PYTHONPATH in a subprocess).
 """
@@ -11,8 +11,8 @@ import os
 
 import torch
 
-from rft.launch.local_ray import free_port
-from rft.train.cpu_standins import install_in_order_allgather
+from rft.cpu.local_ray import free_port
+from rft.cpu.standins import install_in_order_allgather
 
 # flags every test run needs (OpenRLHF validation wants a prompt source, a reward and batch sizes)
 BASE_FLAGS = ["--pretrain", "tiny", "--prompt_data", "d", "--actor_num_gpus_per_node", "1",

@@ -3,7 +3,7 @@
 The expert weights are drawn as random FP4 codes and power-of-two scales and packed the way transformers'
 dequantizer reads them (`<proj>_blocks` [E, rows, cols/32, 16] uint8 with two codes per byte, low nibble first;
 `<proj>_scales` [E, rows, cols/32] uint8 exponents with bias 127). The exact values are computed here from the
-codes, independently of rft.train.mxfp4, and returned as the expected bf16 parameters ([E, cols, rows]).
+codes, independently of rft.mxfp4, and returned as the expected bf16 parameters ([E, cols, rows]).
 """
 
 from __future__ import annotations

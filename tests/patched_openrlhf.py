@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 STUBS = ROOT / "tests" / "stubs"
-KERNEL_STUBS = ROOT / "scripts" / "cpu_profile"  # flash_attn (CUDA only), shared with the CPU launch profile
+KERNEL_STUBS = ROOT / "rft" / "cpu" / "site"  # flash_attn (CUDA only), shared with the CPU launch profile
 ENGINE_STUBS = STUBS / "engine"  # vllm, for the main suite
 APPLY = ROOT / "apply_patches.sh"
 

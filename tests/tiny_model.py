@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rft.launch.cpu_demo import VLLM_HIDDEN, build_tokenizer, model_config  # noqa: F401 (VLLM_HIDDEN: for the tests)
+from rft.cpu.demo import VLLM_HIDDEN, build_tokenizer, model_config  # noqa: F401 (VLLM_HIDDEN: for the tests)
 
 
 def format_examples(tok, n: int, seed: int) -> list[str]:

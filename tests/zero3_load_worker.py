@@ -32,7 +32,7 @@ def main() -> None:
     rank, world, loads = int(rank), int(world), int(loads)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
-    from rft.train import cpu_standins
+    from rft.cpu import standins as cpu_standins
 
     cpu_standins.install(torch)
     import deepspeed

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from rft.io import atomic_write_json, sha256_file
-from rft.train.mxfp4 import MXFP4, quant_method
+from rft.mxfp4 import MXFP4, quant_method
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")

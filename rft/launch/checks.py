@@ -151,7 +151,7 @@ def looks_local(path: str | None) -> bool:
 
 def model_rule(a: argparse.Namespace, rep: Report) -> None:
     """The actor checkpoint (--pretrain) and the one vLLM serves (--vllm_pretrain): present, and how MXFP4 loads."""
-    from rft.train.mxfp4 import is_mxfp4_checkpoint
+    from rft.mxfp4 import is_mxfp4_checkpoint
 
     actor, served = a.pretrain, getattr(a, "vllm_pretrain", None) or a.pretrain
     if actor != served:

@@ -1,4 +1,4 @@
-"""Inside OpenRLHF: what the patches import and what runs in its Ray workers on the GPU node.
+"""Inside OpenRLHF: what the patches import and what runs in its Ray workers.
 
-LoRA sync, loss diagnostics, reward sanitising, metrics writers, checkpoints, MXFP4; driven by `train_ppo_ray`.
+LoRA sync, loss diagnostics, reward sanitising, metrics writers, checkpoints; driven by `train_ppo_ray`.
 """

@@ -13,7 +13,7 @@ from tiny_model import build_tiny_model, fabricate_lora_adapter
 
 from rft.eval import merge
 from rft.eval.merge import MergeError, base_load_kwargs, resolve_base, resolve_model
-from rft.train.mxfp4 import quant_method
+from rft.mxfp4 import quant_method
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import deepspeed, torch
 from peft import LoraConfig, get_peft_model
 from transformers import Qwen2Config, Qwen2ForCausalLM, get_scheduler
 from openrlhf.utils.deepspeed.deepspeed_utils import get_optimizer_grouped_parameters
-from rft.launch.local_ray import free_port
+from rft.cpu.local_ray import free_port
 
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
 deepspeed.init_distributed(dist_backend="gloo")

@@ -17,7 +17,7 @@ from mxfp4_fixtures import build_mxfp4_checkpoint
 from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
 from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, parse_args
-from rft.train import mxfp4
+from rft import mxfp4
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """CPU stand-ins for the CPU profile (train_grpo_cpu.sh): OpenRLHF 0.9.3's Ray actors on a machine without a GPU.
 
-Active only when the CPU profile's `scripts/cpu_profile` directory is on PYTHONPATH and RFT_CPU_STANDINS=1:
+Active only when the CPU profile's `rft/cpu/site` directory is on PYTHONPATH and RFT_CPU_STANDINS=1:
 its `sitecustomize.py` calls `install_on_import()` at the start of every process that inherits that
 environment (the driver, Ray's workers, vLLM's engine core). The GPU path never imports this module, and the
 patches do not know about it. Each call site was shown necessary by switching its stand-in off alone

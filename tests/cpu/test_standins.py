@@ -1,4 +1,4 @@
-"""rft/train/cpu_standins.py: the three torch.cuda stand-ins of the CPU profile, on the real torch."""
+"""rft/cpu/standins.py: the three torch.cuda stand-ins of the CPU profile, on the real torch."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 from tiny_model import build_tiny_model
 
-from rft.launch.local_ray import free_port
-from rft.train import cpu_standins
+from rft.cpu.local_ray import free_port
+from rft.cpu import standins as cpu_standins
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def test_standins_replace_the_cuda_calls_and_undo_with_monkeypatch():
 def test_install_on_import_runs_right_after_torch_loads():
     code = (
         "import sys\n"
-        "from rft.train.cpu_standins import install_on_import\n"
+        "from rft.cpu.standins import install_on_import\n"
         "install_on_import()\n"
         "assert 'torch' not in sys.modules\n"  # importing nothing itself
         "import torch\n"

@@ -1,7 +1,7 @@
 """A private Ray head on 127.0.0.1 for the CPU profile: start it, and stop exactly it (never other clusters).
 
-`python -m rft.launch.local_ray start TEMP_DIR --num-gpus 4` prints the GCS address (RAY_ADDRESS);
-`python -m rft.launch.local_ray stop TEMP_DIR ADDRESS` ends that cluster's processes and their children.
+`python -m rft.cpu.local_ray start TEMP_DIR --num-gpus 4` prints the GCS address (RAY_ADDRESS);
+`python -m rft.cpu.local_ray stop TEMP_DIR ADDRESS` ends that cluster's processes and their children.
 `ray stop` is not used: it matches processes by name and would kill every Ray cluster on the machine.
 """
 
@@ -133,7 +133,7 @@ def stop(temp_dir: str, address: str | None = None, timeout: float = 10.0) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rft.launch.local_ray", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m rft.cpu.local_ray", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("start", help="start a head node on 127.0.0.1 and print its address")
     s.add_argument("temp_dir", help="Ray's temp dir for this cluster (keep it short: socket paths < 108 chars)")

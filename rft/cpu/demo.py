@@ -186,7 +186,7 @@ def prompt_rows(n: int, start: int = 0) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rft.launch.cpu_demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m rft.cpu.demo", description=__doc__.splitlines()[0])
     p.add_argument("out_dir", nargs="?", help="where model/, prompts.jsonl and eval_prompts.jsonl are written")
     p.add_argument("--deepspeed-ops", action="store_true", help="only build DeepSpeed's CPU ops (once per machine)")
     p.add_argument("--arch", choices=["qwen2", "gpt_oss"], default="qwen2", help="model shape")

@@ -1,4 +1,4 @@
-"""rft/launch/local_ray.py: private Ray heads on 127.0.0.1, with real `ray start`, side by side on one machine."""
+"""rft/cpu/local_ray.py: private Ray heads on 127.0.0.1, with real `ray start`, side by side on one machine."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 
-from rft.launch import local_ray
+from rft.cpu import local_ray
 
 pytest.importorskip("ray")
 pytest.importorskip("psutil")

@@ -66,7 +66,7 @@ def inputs(tmp_path_factory) -> Path:
     """The demo task's tiny Qwen2 (taught the answer format) and prompt sets, made once."""
     out = tmp_path_factory.mktemp("cpu-inputs")
     # as train_grpo_cpu.sh makes them (one thread: the same bytes as `make train`'s model)
-    subprocess.run([sys.executable, "-m", "rft.launch.cpu_demo", str(out)], check=True, cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "rft.cpu.demo", str(out)], check=True, cwd=ROOT,
                    env={**os.environ, "TORCHDYNAMO_DISABLE": "1", "OMP_NUM_THREADS": "1"})
     return out
 
@@ -103,7 +103,7 @@ def test_reward_rises_only_when_rollouts_come_from_the_trained_policy(runs):
     on, off = train_rows(runs["sync"]["dir"]), train_rows(runs["nosync"]["dir"])
     assert [r["global_step"] for r in on] == list(range(1, 33)) == [r["global_step"] for r in off]
     # step 1: the actor (LoRA B = 0) is the reference model, so both loaded the same weights; a ZeRO-3 load that
-    # left garbage in a partition shows here first (kl 10, or NaN everywhere: see rft/train/cpu_standins.py)
+    # left garbage in a partition shows here first (kl 10, or NaN everywhere: see rft/cpu/standins.py)
     for rows in (on, off):
         assert rows[0]["kl"] is not None and abs(rows[0]["kl"]) < 1e-6, rows[0]
         assert all(r["policy_loss"] is not None for r in rows), [r["policy_loss"] for r in rows]
