@@ -18,8 +18,9 @@ import socket
 import sys
 import time
 
+from rft.provenance import REPO_ROOT, GitError
 from rft.spare.jobs import DEFAULT_SOCKET, JobError, JobInfo, JobRunner, format_age, gpu_summary
-from rft.spare.node import REPO_ROOT, RemoteFailed, Spare, SpareError, load_config, local_facts, render_rows
+from rft.spare.node import RemoteFailed, Spare, SpareError, load_config, local_facts, render_rows
 from rft.spare.node import sync as sync_spare
 from rft.spare.node import verify as verify_spare
 
@@ -273,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_remote(args, job, Spare(cfg))
     except RemoteFailed as e:  # the spare already printed its error
         return e.returncode
-    except (SpareError, JobError) as e:
+    except (SpareError, JobError, GitError) as e:
         print(f"spare.py: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -16,8 +16,8 @@ from cpu_trainer import init_gloo
 from mxfp4_fixtures import build_mxfp4_checkpoint
 from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
-from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, parse_args
 from rft import mxfp4
+from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -258,18 +258,18 @@ def test_copy_into_zero3_refuses_a_mismatched_checkpoint(dist_world, ckpt):
 
 
 def test_launch_model_rule(ckpt, tmp_path):
-    from rft.launch import checks as launch
+    from rft.launch import rules
 
     path, _ = ckpt
-    rep = launch.Report()
-    launch.model_rule(SimpleNamespace(pretrain=str(path), vllm_pretrain=str(path)), rep)
+    rep = rules.Report()
+    rules.model_rule(SimpleNamespace(pretrain=str(path), vllm_pretrain=str(path)), rep)
     assert rep.warnings and "is MXFP4" in rep.warnings[0] and not rep.blocking
     missing = str(tmp_path / "bf16")
-    rep = launch.Report()
-    launch.model_rule(SimpleNamespace(pretrain=missing, vllm_pretrain=str(path)), rep)
+    rep = rules.Report()
+    rules.model_rule(SimpleNamespace(pretrain=missing, vllm_pretrain=str(path)), rep)
     assert rep.blocking == [f"model: --pretrain {missing} has no config.json; make it with: python convert_mxfp4.py "
                             f"{path} {missing}"]
     mxfp4.convert_checkpoint(path, missing, progress=False)
-    rep = launch.Report()
-    launch.model_rule(SimpleNamespace(pretrain=missing, vllm_pretrain=str(path)), rep)
+    rep = rules.Report()
+    rules.model_rule(SimpleNamespace(pretrain=missing, vllm_pretrain=str(path)), rep)
     assert not rep.blocking and not rep.warnings and "vLLM serves" in rep.notes[0]

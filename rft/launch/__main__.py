@@ -1,5 +1,5 @@
-"""`python -m rft.launch`: pre-launch checks, then OpenRLHF (rft.launch.checks)."""
+"""`python -m rft.launch`: pre-launch checks, then OpenRLHF (rft.launch.cli)."""
 
-from rft.launch.checks import main
+from rft.launch.cli import main
 
 raise SystemExit(main())

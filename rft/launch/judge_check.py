@@ -1,6 +1,6 @@
 """Pre-launch checks of the judge reward (REWARD=judge): settings, credentials, a run cost estimate, one live call.
 
-Used by `rft.launch.checks.run_checks` when `--remote_rm_url` is `reward_func_judge.py`. Missing credentials
+Used by `rft.launch.rules.run_checks` when `--remote_rm_url` is `reward_func_judge.py`. Missing credentials
 or a failed live call block a launch (NEEDS); invalid settings are errors naming the variable. The live call
 (one tiny judgement, never cached) runs before any GPU work unless `--no-judge-check` or JUDGE_LIVE_CHECK=0.
 """

@@ -19,14 +19,12 @@ import tempfile
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 from rft.io import sha256_file
+from rft.provenance import REPO_ROOT, git, git_ok, package_versions, patch_state
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_NAME = "spare.toml"
-KEY_PACKAGES = ("openrlhf", "vllm", "torch", "transformers", "deepspeed", "peft", "ray")
 ENV_KEYS = {  # env var -> config key
     "RFT_SPARE": "host",
     "RFT_SPARE_KEY": "key",
@@ -303,26 +301,12 @@ class Spare:
         return [n for n in proc.stdout.decode("utf-8", "replace").splitlines() if n and not n.endswith("/")]
 
 
-# --- git -----------------------------------------------------------------------------------------
-def git(*args: str, repo: Path = REPO_ROOT, check: bool = True) -> str:
-    """Run git in `repo`; returns stripped stdout (SpareError with git's message on failure)."""
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise SpareError(f"git {' '.join(args)} failed in {repo}: {proc.stderr.strip().splitlines()[-1:]}")
-    return proc.stdout.strip()
-
-
-def git_ok(*args: str, repo: Path = REPO_ROOT) -> bool:
-    """True when the git command exits 0."""
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True).returncode == 0
-
-
 def ignored_data_files(repo: Path, dirs: Sequence[str]) -> list[str]:
     """Gitignored files under the data dirs (what git does not carry), repo-relative and sorted."""
     existing = [d for d in dirs if (repo / d).is_dir()]
     if not existing:
         return []
-    out = git("ls-files", "-o", "-i", "--exclude-standard", "-z", "--", *existing, repo=repo)
+    out = git(repo, "ls-files", "-o", "-i", "--exclude-standard", "-z", "--", *existing)
     return sorted(p for p in out.split("\0") if p)
 
 
@@ -351,14 +335,14 @@ def plan_bundle(
     spare_head: str, spare_refs: Sequence[str], repo: Path = REPO_ROOT
 ) -> tuple[str, list[str] | None]:
     """(local HEAD, bundle negatives) for a fast-forward; negatives None = spare already has the commit."""
-    head = git("rev-parse", "HEAD", repo=repo)
+    head = git(repo, "rev-parse", "HEAD")
     if spare_head:
-        if not git_ok("cat-file", "-e", f"{spare_head}^{{commit}}", repo=repo):
+        if not git_ok(repo, "cat-file", "-e", f"{spare_head}^{{commit}}"):
             raise SpareError(
                 f"spare HEAD {spare_head[:12]} is unknown here (commits made on the spare?): "
                 "fast-forward impossible; bring them here or reset the spare's checkout by hand"
             )
-        if not git_ok("merge-base", "--is-ancestor", spare_head, head, repo=repo):
+        if not git_ok(repo, "merge-base", "--is-ancestor", spare_head, head):
             raise SpareError(
                 f"spare HEAD {spare_head[:12]} is not an ancestor of HEAD {head[:12]} here: "
                 "fast-forward impossible; check out a descendant here or move the spare by hand"
@@ -366,7 +350,7 @@ def plan_bundle(
     if head in spare_refs:
         return head, None
     negatives = sorted(
-        {r for r in spare_refs if r != head and git_ok("merge-base", "--is-ancestor", r, head, repo=repo)}
+        {r for r in spare_refs if r != head and git_ok(repo, "merge-base", "--is-ancestor", r, head)}
     )
     return head, negatives
 
@@ -374,7 +358,7 @@ def plan_bundle(
 def sync_code(spare: Spare, p: Probe, repo: Path = REPO_ROOT) -> str:
     """Fast-forward the spare's checkout (as probed) to our HEAD via a bundle of what it lacks; a summary."""
     head, negatives = plan_bundle(p.head, p.refs, repo)
-    branch = git("symbolic-ref", "-q", "--short", "HEAD", repo=repo, check=False)
+    branch = git(repo, "symbolic-ref", "-q", "--short", "HEAD", check=False)
     if p.head == head and (p.branch == branch or not branch):
         return f"code: up to date ({head[:12]}{', ' + branch if branch else ''})"
     size = 0
@@ -383,7 +367,7 @@ def sync_code(spare: Spare, p: Probe, repo: Path = REPO_ROOT) -> str:
     else:
         with tempfile.TemporaryDirectory(prefix="rft-sync-") as tmp:
             bundle = Path(tmp) / "sync.bundle"
-            git("bundle", "create", "-q", str(bundle), "HEAD", *[f"^{n}" for n in negatives], repo=repo)
+            git(repo, "bundle", "create", "-q", str(bundle), "HEAD", *[f"^{n}" for n in negatives])
             data = bundle.read_bytes()
             size = len(data)
             proc = spare.script(APPLY_SCRIPT, spare.cfg.repo, head, branch, "bundle", input=data)
@@ -398,7 +382,7 @@ def sync_code(spare: Spare, p: Probe, repo: Path = REPO_ROOT) -> str:
             f"updating the spare's checkout failed (exit {proc.returncode}): "
             f"{err[-1] if err else 'no message'} (local changes there? `git -C {p.path} status`)"
         )
-    count = git("rev-list", "--count", f"{p.head}..{head}", repo=repo) if p.head else "all"
+    count = git(repo, "rev-list", "--count", f"{p.head}..{head}") if p.head else "all"
     return (
         f"code: {p.head[:12] or '(empty)'} -> {head[:12]} on {branch or 'detached HEAD'} "
         f"({count} commits, bundle {size / 1024:.1f} KiB)"
@@ -444,7 +428,7 @@ def sync(spare: Spare, adapters: Sequence[str] = (), data: bool = True, repo: Pa
     for spec in adapters:
         parse_adapter(spec)  # fail before touching anything
     lines = []
-    if git("status", "--porcelain", "--untracked-files=no", repo=repo):
+    if git(repo, "status", "--porcelain", "--untracked-files=no"):
         lines.append("warning: uncommitted changes here are not synced (commit them first)")
     p = probe(spare)
     lines.append(sync_code(spare, p, repo))
@@ -455,33 +439,6 @@ def sync(spare: Spare, adapters: Sequence[str] = (), data: bool = True, repo: Pa
 
 
 # --- facts and verify ----------------------------------------------------------------------------
-def package_versions(names: Sequence[str] = KEY_PACKAGES) -> dict[str, str]:
-    """Installed version of each package, or 'missing'."""
-    out = {}
-    for name in names:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "missing"
-    return out
-
-
-def patches_state(repo: Path = REPO_ROOT, python: str = sys.executable) -> str:
-    """'applied' / 'not applied (exit N)' from `bash apply_patches.sh --check`, or 'no apply_patches.sh'."""
-    script = repo / "apply_patches.sh"
-    if not script.is_file():
-        return "no apply_patches.sh"
-    env = dict(
-        os.environ,
-        PATH=os.pathsep.join([str(Path(python).parent), os.environ.get("PATH", "")]),
-        PYTHON=python,
-    )
-    proc = subprocess.run(
-        ["bash", str(script), "--check"], cwd=repo, env=env, capture_output=True, timeout=600
-    )
-    return "applied" if proc.returncode == 0 else f"not applied (exit {proc.returncode})"
-
-
 def tree_digest(path: Path) -> str:
     """'N files, sha256' over a file or every file under a directory (relative names + contents)."""
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
@@ -498,17 +455,17 @@ def local_facts(
     return {
         "host": socket.gethostname(),
         "repo": str(repo),
-        "git_head": git("rev-parse", "HEAD", repo=repo, check=False) or "none",
+        "git_head": git(repo, "rev-parse", "HEAD", check=False) or "none",
         "worktree": _worktree(repo),
         "data": {f: sha256_file(repo / f) for f in ignored_data_files(repo, data_dirs)},
         "packages": package_versions(),
-        "patches": patches_state(repo),
+        "patches": patch_state(repo).summary(),
         "adapters": [tree_digest(Path(a).expanduser()) for a in adapters],
     }
 
 
 def _worktree(repo: Path) -> str:
-    changed = git("status", "--porcelain", "--untracked-files=no", repo=repo, check=False)
+    changed = git(repo, "status", "--porcelain", "--untracked-files=no", check=False)
     return f"{len(changed.splitlines())} changed files" if changed else "clean"
 
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from tiny_model import build_tiny_model
 
-from rft.cpu.local_ray import free_port
 from rft.cpu import standins as cpu_standins
+from rft.cpu.local_ray import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rft.io import atomic_write_jsonl, sha256_file
-from rft.launch import checks as launch
+from rft.launch import cli, record, rules
 from rft.launch.openrlhf_cli import FlagError, parse_args, parse_command_text, resolve_overrides
 from rft.prompts import build_input
 
@@ -63,7 +63,7 @@ def script_env(patched_root: Path, data_dir: Path, tmp_path: Path, **extra: str)
     env = {k: v for k, v in os.environ.items() if k not in ("ATTEMPT", "RAY_ADDRESS", "POOL", "PRESET")}
     env.update(PYTHON=sys.executable, DATA_DIR=str(data_dir), SCRATCH=str(tmp_path / "scratch"),
                DATA_ROOT=str(tmp_path / "disk"), OUT_ROOT=str(tmp_path / "runs"),
-               **{launch.OPENRLHF_DIR_ENV: str(patched_root)})
+               **{rules.OPENRLHF_DIR_ENV: str(patched_root)})
     env.update(extra)
     return env
 
@@ -109,7 +109,7 @@ def run_script(name: str, env: dict, *args: str) -> subprocess.CompletedProcess:
 
 def parsed_command(stdout: str, patched_root: Path, monkeypatch) -> tuple[list[str], object]:
     tokens = parse_command_text(stdout)
-    monkeypatch.setenv(launch.OPENRLHF_DIR_ENV, str(patched_root))
+    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
     entry = "sft" if "openrlhf.cli.train_sft" in tokens else "ppo"
     start = tokens.index(f"openrlhf.cli.train_{'sft' if entry == 'sft' else 'ppo_ray'}") + 1
     return tokens[start:], parse_args(tokens[start:], entry).args
@@ -217,13 +217,13 @@ def test_gpt_oss_attention_rule(extra, needle, patched_root, data_dir, tmp_path)
 def test_attention_rule_unit(tmp_path):
     grpo = ["--remote_rm_url", "r.py", "--advantage_estimator", "dr_grpo", "--vllm_num_engines", "1"]
     ns = parse_args(["--pretrain", "Qwen/Qwen2.5-0.5B", "--packing_samples", *grpo]).args
-    assert launch.attention_rule(ns, []) == ([], [])
+    assert rules.attention_rule(ns, []) == ([], [])
     local = tmp_path / "my-model"
     local.mkdir()
     (local / "config.json").write_text(json.dumps({"model_type": "gpt_oss"}))
-    assert launch.is_gpt_oss(str(local)) and not launch.is_gpt_oss("Qwen/Qwen2.5-0.5B")
+    assert rules.is_gpt_oss(str(local)) and not rules.is_gpt_oss("Qwen/Qwen2.5-0.5B")
     default = parse_args(["--pretrain", str(local), *grpo]).args
-    errs, _ = launch.attention_rule(default, [])
+    errs, _ = rules.attention_rule(default, [])
     assert errs and "(OpenRLHF's default)" in errs[0]
 
 
@@ -312,15 +312,15 @@ def test_gpt_oss_scripts_resume_by_default(name, patched_root, data_dir, tmp_pat
 
 
 def test_gpus_needed_counts_the_reference_model(patched_root, monkeypatch):
-    monkeypatch.setenv(launch.OPENRLHF_DIR_ENV, str(patched_root))
+    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
     base = ["--pretrain", "m", "--remote_rm_url", "r.py", "--advantage_estimator", "dr_grpo",
             "--vllm_num_engines", "2", "--vllm_tensor_parallel_size", "2", "--actor_num_gpus_per_node", "4",
             "--ref_num_gpus_per_node", "4", "--init_kl_coef", "0.001"]
-    assert launch.gpus_needed(parse_args(base + ["--colocate_actor_ref"]).args) == 8
-    assert launch.gpus_needed(parse_args(base).args) == 12
-    assert launch.gpus_needed(parse_args(base + ["--init_kl_coef", "0"]).args) == 8
+    assert rules.gpus_needed(parse_args(base + ["--colocate_actor_ref"]).args) == 8
+    assert rules.gpus_needed(parse_args(base).args) == 12
+    assert rules.gpus_needed(parse_args(base + ["--init_kl_coef", "0"]).args) == 8
     wrong = parse_args(base + ["--colocate_actor_ref", "--ref_num_gpus_per_node", "8"]).args
-    assert "needs --ref_num_nodes and --ref_num_gpus_per_node equal" in launch.placement_rules(wrong)[0]
+    assert "needs --ref_num_nodes and --ref_num_gpus_per_node equal" in rules.placement_rules(wrong)[0]
 
 
 def test_resolve_overrides_expands_abbreviations():
@@ -357,22 +357,22 @@ def repo(tmp_path) -> Path:
 
 
 def test_git_state_and_tag(repo, monkeypatch):
-    state = launch.git_state(repo, None)
+    state = record.git_state(repo, None)
     assert (state.attempt, state.tag, state.problem) == (7, "attempt-07-start", None)
-    assert launch.tag_attempt(repo, state) is True
+    assert record.tag_attempt(repo, state) is True
     assert git(repo, "rev-list", "-n", "1", "attempt-07-start") == state.sha
-    assert launch.tag_attempt(repo, launch.git_state(repo, None)) is False  # relaunch at the same commit
+    assert record.tag_attempt(repo, record.git_state(repo, None)) is False  # relaunch at the same commit
     (repo / "train.sh").write_text("echo changed\n")
-    dirty = launch.git_state(repo, None)
+    dirty = record.git_state(repo, None)
     assert "working tree is dirty" in dirty.problem and "train.sh" in dirty.problem
-    with pytest.raises(launch.GitError, match="dirty"):
-        launch.tag_attempt(repo, dirty)
+    with pytest.raises(record.GitError, match="dirty"):
+        record.tag_attempt(repo, dirty)
     git(repo, "commit", "-q", "-am", "change")
-    moved = launch.git_state(repo, None)
+    moved = record.git_state(repo, None)
     assert "already marks" in moved.problem  # the tag belongs to the earlier configuration
-    assert launch.git_state(repo, "12").tag == "attempt-12-start"
+    assert record.git_state(repo, "12").tag == "attempt-12-start"
     git(repo, "checkout", "-q", "-b", "experiment")
-    assert "not named attempt-NN-desc" in launch.git_state(repo, None).problem
+    assert "not named attempt-NN-desc" in record.git_state(repo, None).problem
 
 
 NODE_DISK_FREE_GIB = 3000.0
@@ -390,8 +390,8 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     (bin_dir / "nvidia-smi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     # stand-in for the node's data disk: this machine's /tmp may hold less than the 50 GiB the 20b profile asks
-    monkeypatch.setattr(launch, "free_gib", lambda path: NODE_DISK_FREE_GIB)
-    monkeypatch.setenv(launch.OPENRLHF_DIR_ENV, str(patched_root))
+    monkeypatch.setattr(rules, "free_gib", lambda path: NODE_DISK_FREE_GIB)
+    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
     monkeypatch.setenv("RUN_RECORD_DIR", str(tmp_path / "records"))
     monkeypatch.setenv("RFT_LAUNCH_NO_EXEC", "1")
     monkeypatch.delenv("ATTEMPT", raising=False)
@@ -409,16 +409,16 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
              "--colocate_actor_ref", "--save_path", str(tmp_path / "out"), "--ckpt_path", str(tmp_path / "ckpt")]
     # Dirty tree: refused, nothing tagged, no record.
     (repo / "notes.md").write_text("uncommitted\n")
-    assert launch.main(["--profile", "20b", "--repo", str(repo), "--", *flags]) == 1
+    assert cli.main(["--profile", "20b", "--repo", str(repo), "--", *flags]) == 1
     assert "working tree is dirty" in capsys.readouterr().err
     assert git(repo, "tag", "--list") == "" and not (tmp_path / "records").exists()
     (repo / "notes.md").unlink()
     # Without the colocated reference the placement asks for 12 GPUs: refused on the 8-GPU node.
     no_coloc = [f for f in flags if f != "--colocate_actor_ref"]
-    assert launch.main(["--profile", "20b", "--repo", str(repo), "--", *no_coloc]) == 1
+    assert cli.main(["--profile", "20b", "--repo", str(repo), "--", *no_coloc]) == 1
     assert "the command places 12 GPUs, this node has 8" in capsys.readouterr().err
     # Clean: tag created, command and facts recorded.
-    assert launch.main(["--profile", "20b", "--repo", str(repo), "--", *flags]) == 0
+    assert cli.main(["--profile", "20b", "--repo", str(repo), "--", *flags]) == 0
     out = capsys.readouterr()
     assert "tag attempt-07-start created" in out.err
     assert git(repo, "tag", "--list") == "attempt-07-start"
@@ -440,15 +440,15 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
 
 def test_check_disk_reads_the_real_filesystem(tmp_path):
     """Blocks below the profile's need, names the path and its nearest existing parent; notes it otherwise."""
-    free = shutil.disk_usage(tmp_path).free / launch.GIB
-    assert launch.free_gib(tmp_path) == pytest.approx(free, rel=0.01)
+    free = shutil.disk_usage(tmp_path).free / rules.GIB
+    assert rules.free_gib(tmp_path) == pytest.approx(free, rel=0.01)
     target = str(tmp_path / "not" / "yet" / "ckpt")
-    short = launch.Report()
-    launch.check_disk([target], free * 2 + 1, short)
+    short = rules.Report()
+    rules.check_disk([target], free * 2 + 1, short)
     (msg,) = short.blocking
     assert msg.startswith(f"disk: {target} ({tmp_path}) has ") and "needs >= " in msg and not short.notes
-    enough = launch.Report()
-    launch.check_disk([target, str(tmp_path)], 0, enough)
+    enough = rules.Report()
+    rules.check_disk([target, str(tmp_path)], 0, enough)
     assert not enough.blocking and len(enough.notes) == 2
 
 
@@ -463,20 +463,20 @@ def test_real_launch_without_gpus_says_so(patched_root, data_dir, tmp_path):
 
 
 def test_chat_date_is_local_and_warns_near_midnight():
-    assert launch.chat_date(datetime.datetime(2025, 8, 5, 14, 0)) == ("2025-08-05", None)
-    date, warning = launch.chat_date(datetime.datetime(2025, 8, 5, 23, 45))
+    assert record.chat_date(datetime.datetime(2025, 8, 5, 14, 0)) == ("2025-08-05", None)
+    date, warning = record.chat_date(datetime.datetime(2025, 8, 5, 23, 45))
     assert date == "2025-08-05" and "next day's date" in warning
 
 
 def test_unpatched_openrlhf_blocks_the_launch(pristine_openrlhf_root, monkeypatch):
-    monkeypatch.setenv(launch.OPENRLHF_DIR_ENV, str(pristine_openrlhf_root))
+    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(pristine_openrlhf_root))
     flags = ["--pretrain", "Qwen/Qwen2.5-0.5B", "--remote_rm_url", "r.py", "--advantage_estimator", "dr_grpo",
              "--actor_num_gpus_per_node", "1", "--vllm_num_engines", "1", "--save_path", "/tmp/x"]
-    rep, facts = launch.run_checks(launch.PROFILES["small"], flags, lr_pool=400)
+    rep, facts = rules.run_checks(rules.PROFILES["small"], flags, lr_pool=400)
     assert facts["patches"]["applied"] is False
     assert any(b.startswith("patches: not all applied") for b in rep.blocking), rep.blocking
     # Our own flags do not exist in the pristine parser: the flag check names the one it rejects.
-    rep, _ = launch.run_checks(launch.PROFILES["small"], [*flags, "--offload"], lr_pool=400)
+    rep, _ = rules.run_checks(rules.PROFILES["small"], [*flags, "--offload"], lr_pool=400)
     assert any("unrecognized arguments: --offload" in e for e in rep.errors), rep.errors
 
 
@@ -501,7 +501,7 @@ def test_multi_node_by_flags_on_an_existing_cluster(patched_root, data_dir, tmp_
     assert res.returncode == 0, res.stderr
     _, a = parsed_command(res.stdout, patched_root, monkeypatch)
     assert (a.actor_num_nodes, a.ref_num_nodes, a.vllm_num_engines) == (2, 2, 4)
-    assert launch.gpus_needed(a) == 16
+    assert rules.gpus_needed(a) == 16
     assert "env   RAY_ADDRESS=10.0.0.1:6379" in res.stderr
     assert f"env   METRICS_LOG_DIR={tmp_path / 'm'}" in res.stderr
     assert f"env   SPIKE_LOG_PATH={tmp_path / 'm' / 'spike_log.jsonl'}" in res.stderr
@@ -537,10 +537,10 @@ def test_a_few_rows_without_a_label_are_carried_and_counted(tmp_path):
     rows = [{"input": f"problem {i}", "label": str(i)} for i in range(200)]
     del rows[10]["label"]
     atomic_write_jsonl(path, rows)
-    seen, unlabelled = launch.scan_jsonl(str(path), ["input", "label"], "label")
+    seen, unlabelled = rules.scan_jsonl(str(path), ["input", "label"], "label")
     assert len(seen) == 200 and unlabelled == [f"{path}:11"]
     for i in (20, 30):
         del rows[i]["label"]
     atomic_write_jsonl(path, rows)
     with pytest.raises(ValueError, match=r"pool.jsonl:11: missing or empty key 'label'.*3 of 200 rows"):
-        launch.scan_jsonl(str(path), ["input", "label"], "label")
+        rules.scan_jsonl(str(path), ["input", "label"], "label")

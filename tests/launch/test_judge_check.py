@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rft.launch.checks import Report
 from rft.launch.judge_check import judge_rule, uses_judge
+from rft.launch.rules import Report
 from tests.judge_server import JudgeServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -32,8 +32,8 @@ from patched_openrlhf import (
 )
 from vllm_layout import VllmLayoutLlama, tp_logits
 
-from rft.train import lora_sync
 from rft.cpu.standins import install as install_cuda_standins
+from rft.train import lora_sync
 from rft.train.lora_sync import LoraSyncError
 
 FP32_TOL = 1e-5  # max |logit difference| worker vs PEFT, fp32 (logits std ~0.5 here)

@@ -1,38 +1,29 @@
-"""Pre-launch checks shared by every launch script, the attempt workflow, and the hand-off to OpenRLHF.
+"""The launch rules: flags beyond OpenRLHF's own checks, data, GPUs, disk and patches, applied by `run_checks`.
 
-`python -m rft.launch --profile 20b [--dry-run] -- <OpenRLHF flags>` resolves the command, checks flags (OpenRLHF's
-own parser + validation, plus our gpt-oss rules), data, LR schedule, GPUs, disk and patches; with --dry-run it
-prints the command and exits; otherwise it refuses a dirty git tree, tags `attempt-NN-start`, writes a run
-record and execs OpenRLHF.
+Each rule reads the parsed OpenRLHF arguments and adds notes, warnings, NEEDS (blocking a launch, not a dry run)
+or errors to a `Report`; nothing here changes the machine but one live judge call with REWARD=judge.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.metadata
 import json
 import os
 import re
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rft.io import atomic_write_json, iter_jsonl_lines, sha256_file
+from rft.io import iter_jsonl_lines, sha256_file
 from rft.launch.judge_check import judge_rule
 from rft.launch.lr_schedule import evaluate, report, schedule_from_args
-from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, format_command, parse_args, resolve_overrides
+from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, parse_args
 from rft.problems import problem_hash
+from rft.provenance import REPO_ROOT, patch_state
 
-ROOT = Path(__file__).resolve().parents[2]
 GIB = 1024**3
-PACKAGES = ("openrlhf", "vllm", "torch", "deepspeed", "ray", "transformers", "peft", "flash_attn", "rft")
-LOG_ENV = ("METRICS_LOG_DIR", "SAMPLES_LOG_DIR", "SPIKE_LOG_PATH", "RAY_ADDRESS", "CUDA_VISIBLE_DEVICES")
-
 
 @dataclass(frozen=True)
 class Profile:
@@ -74,7 +65,7 @@ class Report:
         return "\n".join(lines)
 
 
-# ---------------------------------------------------------------- flag rules beyond OpenRLHF's own
+
 
 
 def is_gpt_oss(pretrain: str | None) -> bool:
@@ -394,161 +385,24 @@ def check_disk(paths: list[str], min_gib: float, rep: Report) -> None:
             rep.notes.append(msg)
 
 
-def patch_status() -> tuple[bool, str]:
-    """(all applied, output) of `bash apply_patches.sh --check` for the interpreter that will train."""
-    script = ROOT / "apply_patches.sh"
-    if not script.is_file():
-        return False, f"{script} not found"
-    cmd = ["bash", str(script), "--check"]
-    if os.environ.get(OPENRLHF_DIR_ENV):
-        cmd += ["--target", os.environ[OPENRLHF_DIR_ENV]]
-    env = {**os.environ, "PYTHON": sys.executable}
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    return res.returncode == 0, (res.stdout + res.stderr).strip()
+# ---------------------------------------------------------------- patches and the whole set
 
 
 def patched_scratch_copy(dest: Path) -> Path | None:
     """Copy the installed openrlhf/ into `dest` and apply the patch series there; None if that fails."""
     from rft.launch.openrlhf_cli import openrlhf_root
 
-    script = ROOT / "apply_patches.sh"
+    script = REPO_ROOT / "apply_patches.sh"
     if not script.is_file():
         return None
     shutil.copytree(
         openrlhf_root() / "openrlhf", dest / "openrlhf", ignore=shutil.ignore_patterns("__pycache__")
     )
     res = subprocess.run(
-        ["bash", str(script), "--target", str(dest)], capture_output=True, text=True, cwd=ROOT
+        ["bash", str(script), "--target", str(dest)], capture_output=True, text=True, cwd=REPO_ROOT
     )
     return dest if res.returncode == 0 else None
 
-
-# ---------------------------------------------------------------- git / attempt workflow
-
-
-class GitError(RuntimeError):
-    """The repository is not in a state to launch from."""
-
-
-def git(repo: Path, *args: str) -> str:
-    """Run git in `repo` and return stdout (GitError with stderr on failure)."""
-    res = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if res.returncode != 0:
-        raise GitError(f"git {' '.join(args)}: {res.stderr.strip()}")
-    return res.stdout.rstrip("\n")
-
-
-def attempt_number(branch: str, env_value: str | None) -> int:
-    """NN from ATTEMPT=NN, else from a branch named attempt-NN-desc."""
-    if env_value and env_value.strip():
-        if not env_value.strip().isdigit():
-            raise GitError(f"ATTEMPT={env_value!r} is not a number")
-        return int(env_value)
-    m = re.match(r"attempt-(\d+)(-|$)", branch)
-    if not m:
-        raise GitError(f"branch {branch!r} is not named attempt-NN-desc and ATTEMPT=NN is not set")
-    return int(m.group(1))
-
-
-def attempt_tag(n: int) -> str:
-    return f"attempt-{n:02d}-start"
-
-
-@dataclass
-class GitState:
-    sha: str
-    branch: str
-    dirty: list[str]
-    attempt: int | None
-    tag: str | None
-    problem: str | None  # why a launch would be refused
-
-
-def git_state(repo: Path, env_attempt: str | None) -> GitState:
-    """Inspect the repository without changing it."""
-    sha = git(repo, "rev-parse", "HEAD").strip()
-    branch = git(repo, "rev-parse", "--abbrev-ref", "HEAD")
-    dirty = [ln for ln in git(repo, "status", "--porcelain", "--untracked-files=normal").splitlines() if ln]
-    problem, n, tag = None, None, None
-    try:
-        n = attempt_number(branch, env_attempt)
-        tag = attempt_tag(n)
-        existing = git(repo, "tag", "--list", tag)
-        if existing:
-            at = git(repo, "rev-list", "-n", "1", tag)
-            if at != sha:
-                problem = (
-                    f"tag {tag} already marks {at[:12]}, not HEAD {sha[:12]}: start a new attempt branch"
-                )
-    except GitError as e:
-        problem = str(e)
-    if dirty:
-        problem = (
-            f"working tree is dirty ({len(dirty)} change(s): {', '.join(d[3:] for d in dirty[:5])}); "
-            "commit the configuration first"
-        )
-    return GitState(sha, branch, dirty, n, tag, problem)
-
-
-def tag_attempt(repo: Path, state: GitState) -> bool:
-    """Create the attempt tag at HEAD; False if it was already there (a relaunch/resume)."""
-    if state.problem or not state.tag:
-        raise GitError(state.problem or "no attempt tag")
-    if git(repo, "tag", "--list", state.tag):
-        return False
-    git(repo, "tag", state.tag, state.sha)
-    return True
-
-
-def package_versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def chat_date(now: datetime.datetime | None = None) -> tuple[str, str | None]:
-    """The date gpt-oss's chat template writes into every training prompt, and a warning near midnight.
-
-    OpenRLHF 0.9.3 renders the training prompts once, minutes after launch, with no template kwargs, so the
-    template's strftime_now takes the trainer's local date; eval_posthoc.py needs it as --chat-date.
-    """
-    now = now or datetime.datetime.now()
-    date = now.strftime("%Y-%m-%d")
-    if now.hour == 23 and now.minute >= 30:
-        return date, (
-            f"launched at {now:%H:%M} local time: prompts rendered after midnight carry the next day's date; "
-            "check the date in the first samples_step file before using chat_date"
-        )
-    return date, None
-
-
-def write_run_record(record_dir: Path, record: dict) -> Path:
-    """Atomically write run_record_<UTC time>.json into `record_dir`."""
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = record_dir / f"run_record_{stamp}.json"
-    atomic_write_json(path, record)
-    return path
-
-
-# ---------------------------------------------------------------- command and main
-
-
-def command_prefix(profile: Profile) -> list[str]:
-    """The launcher in front of the OpenRLHF flags."""
-    if profile.entry == "ppo":
-        return [sys.executable, "-m", "openrlhf.cli.train_ppo_ray"]
-    ds = Path(sys.executable).with_name("deepspeed")
-    return [
-        str(ds) if ds.exists() else "deepspeed",
-        "--num_gpus",
-        str(sft_gpus(profile)),
-        "--module",
-        "openrlhf.cli.train_sft",
-    ]
 
 
 def sft_gpus(profile: Profile) -> int:
@@ -564,7 +418,8 @@ def run_checks(
     report and facts for the run record."""
     rep = Report()
     facts: dict = {}
-    patched, patch_out = patch_status()
+    state = patch_state(target=os.environ.get(OPENRLHF_DIR_ENV))
+    patched, patch_out = state.applied, state.output
     facts["patches"] = {"applied": patched, "check_output": patch_out}
     (rep.notes if patched else rep.blocking).append(
         "patches: all applied"
@@ -636,127 +491,3 @@ def run_checks(
             rep.errors.append("--vllm_sync_lora_skip is an ablation for the CPU profile: it would train nothing")
     check_disk([a.save_path, a.ckpt_path], profile.min_free_disk_gib, rep)
     return rep, facts
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m rft.launch",
-        description="Check and launch one OpenRLHF training run. Everything after `--` is passed to OpenRLHF; "
-        "a --dry-run anywhere in it is taken by this launcher.",
-    )
-    p.add_argument(
-        "--profile", required=True, choices=sorted(PROFILES), help="machine needs of the launch script"
-    )
-    p.add_argument(
-        "--dry-run", action="store_true", help="print the resolved command and the checks; change nothing"
-    )
-    p.add_argument(
-        "--no-judge-check",
-        action="store_true",
-        help="REWARD=judge: skip the one live judge call made before any GPU work (also JUDGE_LIVE_CHECK=0)",
-    )
-    p.add_argument("--repo", default=str(ROOT), help="git repository to tag (default: this checkout)")
-    p.add_argument("openrlhf_args", nargs=argparse.REMAINDER, help="-- then the OpenRLHF flags")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (execs OpenRLHF on a real launch)."""
-    ns = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    rest = ns.openrlhf_args[1:] if ns.openrlhf_args[:1] == ["--"] else ns.openrlhf_args
-    dry_run = ns.dry_run or "--dry-run" in rest
-    judge_live = not (ns.no_judge_check or "--no-judge-check" in rest)
-    rest = [t for t in rest if t not in ("--dry-run", "--no-judge-check")]
-    profile = PROFILES[ns.profile]
-    rest = resolve_overrides(rest, profile.entry)
-    prefix = command_prefix(profile)
-    command = format_command(prefix, rest)
-    rep, facts = run_checks(profile, rest, judge_live=judge_live)
-    repo = Path(ns.repo)
-    try:
-        state = git_state(repo, os.environ.get("ATTEMPT"))
-    except GitError as e:
-        state = None
-        (rep.notes if profile.cpu else rep.blocking).append(f"git: {e}")
-    if state is not None and profile.cpu:
-        rep.notes.append(f"git: {state.sha[:12]} on {state.branch} (CPU profile: no attempt tag, no clean-tree rule)")
-    elif state is not None:
-        if state.problem:
-            rep.blocking.append(f"git: {state.problem}")
-        else:
-            rep.notes.append(f"git: clean at {state.sha[:12]} on {state.branch}; tag {state.tag}")
-    env_lines = [f"{k}={os.environ[k]}" for k in LOG_ENV if os.environ.get(k)]
-
-    date, date_warning = chat_date()
-    if date_warning:
-        rep.warnings.append(f"chat date: {date_warning}")
-    date_line = (
-        f"chat_date {date} (gpt-oss's chat template writes it into every training prompt; "
-        f"evaluate with eval_posthoc.py --chat-date {date})"
-    )
-
-    if dry_run:
-        print(command)
-        print(f"# checks for profile {profile.name} (dry run):", file=sys.stderr)
-        for e in env_lines:
-            print(f"  env   {e}", file=sys.stderr)
-        print(rep.render(), file=sys.stderr)
-        print(f"  note  {date_line}, if launched now", file=sys.stderr)
-        if "lr_preflight" in facts:
-            print("# LR schedule:\n" + facts["lr_preflight"], file=sys.stderr)
-        if rep.errors:
-            print(f"dry run: {len(rep.errors)} error(s): the configuration would be refused", file=sys.stderr)
-            return 1
-        tail = (
-            f"; a launch here would be refused until: {len(rep.blocking)} item(s) marked NEEDS"
-            if rep.blocking
-            else ""
-        )
-        print(f"dry run: configuration OK{tail}", file=sys.stderr)
-        return 0
-
-    print(rep.render(), file=sys.stderr)
-    if rep.errors or rep.blocking:
-        print(
-            f"launch refused: {len(rep.errors) + len(rep.blocking)} problem(s) above; nothing was started",
-            file=sys.stderr,
-        )
-        return 1
-    assert state is not None or profile.cpu
-    created = False if profile.cpu else tag_attempt(repo, state)
-    record_dir = Path(os.environ.get("RUN_RECORD_DIR") or os.environ.get("METRICS_LOG_DIR") or ROOT / "runs")
-    record = {
-        "profile": profile.name,
-        "command": prefix + rest,
-        "command_text": command,
-        "git_sha": state.sha if state else None,
-        "branch": state.branch if state else None,
-        "attempt_tag": state.tag if state else None,
-        "tag_created": created,
-        "data_sha256": facts.get("data_sha256", {}),
-        "packages": package_versions(),
-        "patches": facts.get("patches"),
-        "gpus": facts.get("gpus"),
-        "env": dict(e.split("=", 1) for e in env_lines),
-        "host": socket.gethostname(),
-        "started_utc": datetime.datetime.now(datetime.UTC).isoformat(),
-        "started_local": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "chat_date": date,  # eval_posthoc.py --chat-date: the date rendered into the training prompts
-        "lr_preflight": facts.get("lr_preflight"),
-    }
-    path = write_run_record(record_dir, record)
-    print(
-        f"run record {path}" if profile.cpu
-        else f"tag {state.tag} {'created' if created else 'already at HEAD (relaunch)'}; run record {path}",
-        file=sys.stderr,
-    )
-    print(date_line, file=sys.stderr)
-    print(command, flush=True)
-    if os.environ.get("RFT_LAUNCH_NO_EXEC") == "1":  # tests of the workflow stop here
-        return 0
-    os.execvp(prefix[0], prefix + rest)
-    return 0  # not reached
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,143 @@
+"""`python -m rft.launch --profile 20b [--dry-run] -- <OpenRLHF flags>`: check, record, then exec OpenRLHF.
+
+It resolves the command and runs every rule (`rft.launch.rules`); with --dry-run it prints the command and the
+checks and exits; otherwise it refuses a dirty git tree, tags `attempt-NN-start`, writes a run record
+(`rft.launch.record`) and execs OpenRLHF.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from rft.launch.openrlhf_cli import format_command, resolve_overrides
+from rft.launch.record import build_record, chat_date, git_state, tag_attempt, write_run_record
+from rft.launch.rules import PROFILES, Profile, run_checks, sft_gpus
+from rft.provenance import REPO_ROOT, GitError
+
+LOG_ENV = ("METRICS_LOG_DIR", "SAMPLES_LOG_DIR", "SPIKE_LOG_PATH", "RAY_ADDRESS", "CUDA_VISIBLE_DEVICES")
+
+
+
+
+def command_prefix(profile: Profile) -> list[str]:
+    """The launcher in front of the OpenRLHF flags."""
+    if profile.entry == "ppo":
+        return [sys.executable, "-m", "openrlhf.cli.train_ppo_ray"]
+    ds = Path(sys.executable).with_name("deepspeed")
+    return [
+        str(ds) if ds.exists() else "deepspeed",
+        "--num_gpus",
+        str(sft_gpus(profile)),
+        "--module",
+        "openrlhf.cli.train_sft",
+    ]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m rft.launch",
+        description="Check and launch one OpenRLHF training run. Everything after `--` is passed to OpenRLHF; "
+        "a --dry-run anywhere in it is taken by this launcher.",
+    )
+    p.add_argument(
+        "--profile", required=True, choices=sorted(PROFILES), help="machine needs of the launch script"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the resolved command and the checks; change nothing"
+    )
+    p.add_argument(
+        "--no-judge-check",
+        action="store_true",
+        help="REWARD=judge: skip the one live judge call made before any GPU work (also JUDGE_LIVE_CHECK=0)",
+    )
+    p.add_argument("--repo", default=str(REPO_ROOT), help="git repository to tag (default: this checkout)")
+    p.add_argument("openrlhf_args", nargs=argparse.REMAINDER, help="-- then the OpenRLHF flags")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (execs OpenRLHF on a real launch)."""
+    ns = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    rest = ns.openrlhf_args[1:] if ns.openrlhf_args[:1] == ["--"] else ns.openrlhf_args
+    dry_run = ns.dry_run or "--dry-run" in rest
+    judge_live = not (ns.no_judge_check or "--no-judge-check" in rest)
+    rest = [t for t in rest if t not in ("--dry-run", "--no-judge-check")]
+    profile = PROFILES[ns.profile]
+    rest = resolve_overrides(rest, profile.entry)
+    prefix = command_prefix(profile)
+    command = format_command(prefix, rest)
+    rep, facts = run_checks(profile, rest, judge_live=judge_live)
+    repo = Path(ns.repo)
+    try:
+        state = git_state(repo, os.environ.get("ATTEMPT"))
+    except GitError as e:
+        state = None
+        (rep.notes if profile.cpu else rep.blocking).append(f"git: {e}")
+    if state is not None and profile.cpu:
+        rep.notes.append(f"git: {state.sha[:12]} on {state.branch} (CPU profile: no attempt tag, no clean-tree rule)")
+    elif state is not None:
+        if state.problem:
+            rep.blocking.append(f"git: {state.problem}")
+        else:
+            rep.notes.append(f"git: clean at {state.sha[:12]} on {state.branch}; tag {state.tag}")
+    env_lines = [f"{k}={os.environ[k]}" for k in LOG_ENV if os.environ.get(k)]
+
+    date, date_warning = chat_date()
+    if date_warning:
+        rep.warnings.append(f"chat date: {date_warning}")
+    date_line = (
+        f"chat_date {date} (gpt-oss's chat template writes it into every training prompt; "
+        f"evaluate with eval_posthoc.py --chat-date {date})"
+    )
+
+    if dry_run:
+        print(command)
+        print(f"# checks for profile {profile.name} (dry run):", file=sys.stderr)
+        for e in env_lines:
+            print(f"  env   {e}", file=sys.stderr)
+        print(rep.render(), file=sys.stderr)
+        print(f"  note  {date_line}, if launched now", file=sys.stderr)
+        if "lr_preflight" in facts:
+            print("# LR schedule:\n" + facts["lr_preflight"], file=sys.stderr)
+        if rep.errors:
+            print(f"dry run: {len(rep.errors)} error(s): the configuration would be refused", file=sys.stderr)
+            return 1
+        tail = (
+            f"; a launch here would be refused until: {len(rep.blocking)} item(s) marked NEEDS"
+            if rep.blocking
+            else ""
+        )
+        print(f"dry run: configuration OK{tail}", file=sys.stderr)
+        return 0
+
+    print(rep.render(), file=sys.stderr)
+    if rep.errors or rep.blocking:
+        print(
+            f"launch refused: {len(rep.errors) + len(rep.blocking)} problem(s) above; nothing was started",
+            file=sys.stderr,
+        )
+        return 1
+    assert state is not None or profile.cpu
+    created = False if profile.cpu else tag_attempt(repo, state)
+    record_dir = Path(os.environ.get("RUN_RECORD_DIR") or os.environ.get("METRICS_LOG_DIR") or REPO_ROOT / "runs")
+    record = build_record(profile.name, prefix + rest, command, state, created, facts,
+                          dict(e.split("=", 1) for e in env_lines), date)
+    path = write_run_record(record_dir, record)
+    print(
+        f"run record {path}" if profile.cpu
+        else f"tag {state.tag} {'created' if created else 'already at HEAD (relaunch)'}; run record {path}",
+        file=sys.stderr,
+    )
+    print(date_line, file=sys.stderr)
+    print(command, flush=True)
+    if os.environ.get("RFT_LAUNCH_NO_EXEC") == "1":  # tests of the workflow stop here
+        return 0
+    os.execvp(prefix[0], prefix + rest)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

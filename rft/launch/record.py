@@ -1,0 +1,126 @@
+"""The attempt workflow and the run record: git state, the `attempt-NN-start` tag, the chat date, the record file.
+
+A launch refuses a dirty tree (the configuration must be committed), tags the attempt once (a relaunch finds the
+tag at HEAD) and writes `run_record_<UTC>.json` next to the metrics.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from rft.io import atomic_write_json
+from rft.provenance import GitError, git, package_versions
+
+
+def attempt_number(branch: str, env_value: str | None) -> int:
+    """NN from ATTEMPT=NN, else from a branch named attempt-NN-desc."""
+    if env_value and env_value.strip():
+        if not env_value.strip().isdigit():
+            raise GitError(f"ATTEMPT={env_value!r} is not a number")
+        return int(env_value)
+    m = re.match(r"attempt-(\d+)(-|$)", branch)
+    if not m:
+        raise GitError(f"branch {branch!r} is not named attempt-NN-desc and ATTEMPT=NN is not set")
+    return int(m.group(1))
+
+
+def attempt_tag(n: int) -> str:
+    return f"attempt-{n:02d}-start"
+
+
+@dataclass
+class GitState:
+    sha: str
+    branch: str
+    dirty: list[str]
+    attempt: int | None
+    tag: str | None
+    problem: str | None  # why a launch would be refused
+
+
+def git_state(repo: Path, env_attempt: str | None) -> GitState:
+    """Inspect the repository without changing it."""
+    sha = git(repo, "rev-parse", "HEAD")
+    branch = git(repo, "rev-parse", "--abbrev-ref", "HEAD")
+    dirty = [ln for ln in git(repo, "status", "--porcelain", "--untracked-files=normal").splitlines() if ln]
+    problem, n, tag = None, None, None
+    try:
+        n = attempt_number(branch, env_attempt)
+        tag = attempt_tag(n)
+        existing = git(repo, "tag", "--list", tag)
+        if existing:
+            at = git(repo, "rev-list", "-n", "1", tag)
+            if at != sha:
+                problem = (
+                    f"tag {tag} already marks {at[:12]}, not HEAD {sha[:12]}: start a new attempt branch"
+                )
+    except GitError as e:
+        problem = str(e)
+    if dirty:
+        problem = (
+            f"working tree is dirty ({len(dirty)} change(s): {', '.join(d[3:] for d in dirty[:5])}); "
+            "commit the configuration first"
+        )
+    return GitState(sha, branch, dirty, n, tag, problem)
+
+
+def tag_attempt(repo: Path, state: GitState) -> bool:
+    """Create the attempt tag at HEAD; False if it was already there (a relaunch/resume)."""
+    if state.problem or not state.tag:
+        raise GitError(state.problem or "no attempt tag")
+    if git(repo, "tag", "--list", state.tag):
+        return False
+    git(repo, "tag", state.tag, state.sha)
+    return True
+
+
+def chat_date(now: datetime.datetime | None = None) -> tuple[str, str | None]:
+    """The date gpt-oss's chat template writes into every training prompt, and a warning near midnight.
+
+    OpenRLHF 0.9.3 renders the training prompts once, minutes after launch, with no template kwargs, so the
+    template's strftime_now takes the trainer's local date; eval_posthoc.py needs it as --chat-date.
+    """
+    now = now or datetime.datetime.now()
+    date = now.strftime("%Y-%m-%d")
+    if now.hour == 23 and now.minute >= 30:
+        return date, (
+            f"launched at {now:%H:%M} local time: prompts rendered after midnight carry the next day's date; "
+            "check the date in the first samples_step file before using chat_date"
+        )
+    return date, None
+
+
+def write_run_record(record_dir: Path, record: dict) -> Path:
+    """Atomically write run_record_<UTC time>.json into `record_dir`."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = record_dir / f"run_record_{stamp}.json"
+    atomic_write_json(path, record)
+    return path
+
+
+def build_record(profile: str, command: list[str], command_text: str, state: GitState | None, tag_created: bool,
+                 facts: dict, env: dict[str, str], date: str) -> dict:
+    """The run record: what ran, from which commit, on which data, packages, patches and GPUs."""
+    return {
+        "profile": profile,
+        "command": command,
+        "command_text": command_text,
+        "git_sha": state.sha if state else None,
+        "branch": state.branch if state else None,
+        "attempt_tag": state.tag if state else None,
+        "tag_created": tag_created,
+        "data_sha256": facts.get("data_sha256", {}),
+        "packages": package_versions(),
+        "patches": facts.get("patches"),
+        "gpus": facts.get("gpus"),
+        "env": env,
+        "host": socket.gethostname(),
+        "started_utc": datetime.datetime.now(datetime.UTC).isoformat(),
+        "started_local": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "chat_date": date,  # eval_posthoc.py --chat-date: the date rendered into the training prompts
+        "lr_preflight": facts.get("lr_preflight"),
+    }
