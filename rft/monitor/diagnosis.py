@@ -1,7 +1,8 @@
 """Verdicts on a run's metrics: rollout/trainer agreement, smoke tests, policy movement, early stop, playbook.
 
-Thresholds and actions follow the ops guide (tuning playbook, early smoke-test criteria). A metric the
-log does not contain yields MISSING, never a failure.
+Each smoke test and playbook pattern is one small rule function in a list (`SMOKE_RULES`, `PLAYBOOK_RULES`);
+docs/monitor.md states their thresholds and actions. A metric the log does not contain yields MISSING, never a
+failure.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
 
 
 _FIX_FIRST = " Stop and fix before burning compute."
-# The ops guide's "Action If Failing" column of the early smoke-test criteria.
+# What to do when an early smoke-test criterion fails.
 SMOKE_ACTIONS = {
     "reward0": "Data/reward bug: check labels and reward_func on a samples_stepN.jsonl." + _FIX_FIRST,
     "reward1": "Problems too easy: use a harder pool (every group identical = no advantage)." + _FIX_FIRST,
@@ -158,6 +159,7 @@ SMOKE_ACTIONS = {
     "and n_samples_per_prompt > 1." + _FIX_FIRST,
     "trunc": "Increase --generate_max_len.",
 }
+SMOKE = "smoke"
 
 
 def _first(log: MetricsLog, name: str, th: Thresholds) -> list[tuple[int, float]]:
@@ -169,107 +171,103 @@ def _missing(group: str, check: str, name: str) -> Verdict:
     return Verdict(group, check, MISSING, f"{name} not in the log")
 
 
-def smoke_tests(log: MetricsLog, th: Thresholds) -> list[Verdict]:
-    """The ops guide's early smoke-test criteria over the first `smoke_steps` logged steps."""
-    out = []
-    g = "smoke"
-
+def smoke_reward(log: MetricsLog, th: Thresholds) -> Verdict:
+    """The reward is neither all 0 (a data or reward bug) nor all 1 (nothing to learn)."""
+    check = "reward_mean not stuck at 0/1"
     pts = _first(log, "reward_mean", th)
     if not pts:
-        out.append(_missing(g, "reward_mean not stuck at 0/1", "reward_mean/reward"))
-    else:
-        vals = [v for _, v in pts]
-        ev = f"steps {pts[0][0]}-{pts[-1][0]}: {', '.join(fmt(v) for v in vals)}"
-        if max(vals) <= 1e-6:
-            out.append(
-                Verdict(
-                    g, "reward_mean not stuck at 0/1", FAIL, ev + " (stuck at 0)", SMOKE_ACTIONS["reward0"]
-                )
-            )
-        elif min(vals) >= 1 - 1e-6:
-            out.append(
-                Verdict(
-                    g, "reward_mean not stuck at 0/1", FAIL, ev + " (stuck at 1)", SMOKE_ACTIONS["reward1"]
-                )
-            )
-        else:
-            out.append(Verdict(g, "reward_mean not stuck at 0/1", PASS, ev))
+        return _missing(SMOKE, check, "reward_mean/reward")
+    vals = [v for _, v in pts]
+    ev = f"steps {pts[0][0]}-{pts[-1][0]}: {', '.join(fmt(v) for v in vals)}"
+    if max(vals) <= 1e-6:
+        return Verdict(SMOKE, check, FAIL, ev + " (stuck at 0)", SMOKE_ACTIONS["reward0"])
+    if min(vals) >= 1 - 1e-6:
+        return Verdict(SMOKE, check, FAIL, ev + " (stuck at 1)", SMOKE_ACTIONS["reward1"])
+    return Verdict(SMOKE, check, PASS, ev)
 
+
+def smoke_boxed(log: MetricsLog, th: Thresholds) -> Verdict:
+    """Most responses box an answer, and that share is not falling."""
+    check = "has_boxed > 50% and not falling"
     pts = _first(log, "has_boxed", th)
     if not pts:
-        out.append(_missing(g, "has_boxed > 50% and not falling", "has_boxed"))
-    else:
-        vals = [v for _, v in pts]
-        slope, se = trend(pts)
-        ev = f"mean {_mean(vals):.0%}, {fmt(vals[0])} -> {fmt(vals[-1])}"
-        if _mean(vals) <= 0.5:
-            out.append(Verdict(g, "has_boxed > 50% and not falling", FAIL, ev, SMOKE_ACTIONS["boxed"]))
-        elif slope < 0 and slope / se < -2 and vals[0] - vals[-1] > 0.1:
-            out.append(
-                Verdict(g, "has_boxed > 50% and not falling", WARN, ev + " (falling)", SMOKE_ACTIONS["boxed"])
-            )
-        else:
-            out.append(Verdict(g, "has_boxed > 50% and not falling", PASS, ev))
+        return _missing(SMOKE, check, "has_boxed")
+    vals = [v for _, v in pts]
+    slope, se = trend(pts)
+    ev = f"mean {_mean(vals):.0%}, {fmt(vals[0])} -> {fmt(vals[-1])}"
+    if _mean(vals) <= 0.5:
+        return Verdict(SMOKE, check, FAIL, ev, SMOKE_ACTIONS["boxed"])
+    if slope < 0 and slope / se < -2 and vals[0] - vals[-1] > 0.1:
+        return Verdict(SMOKE, check, WARN, ev + " (falling)", SMOKE_ACTIONS["boxed"])
+    return Verdict(SMOKE, check, PASS, ev)
 
+
+def smoke_grad_norm(log: MetricsLog, th: Thresholds) -> Verdict:
+    """Gradients reach the adapter (non-zero) without exploding (< 100)."""
+    check = "grad_norm non-zero, < 100"
     pts = _first(log, "grad_norm", th)
     if not pts and not log.series("grad_norm", finite=False):
-        out.append(_missing(g, "grad_norm non-zero, < 100", "grad_norm"))
-    else:
-        raw = [(s, v) for s, v in log.series("grad_norm", finite=False)][: len(pts) or th.smoke_steps]
-        vals = [v for _, v in raw]
-        ev = f"steps {raw[0][0]}-{raw[-1][0]}: {', '.join(fmt(v) for v in vals)}"
-        if any(not math.isfinite(v) for v in vals):
-            out.append(
-                Verdict(g, "grad_norm non-zero, < 100", FAIL, ev + " (non-finite)", "LR too high / diverged.")
-            )
-        elif max(vals) == 0:
-            out.append(Verdict(g, "grad_norm non-zero, < 100", FAIL, ev + " (zero)", SMOKE_ACTIONS["grad0"]))
-        elif statistics.median(vals) > 100:
-            out.append(Verdict(g, "grad_norm non-zero, < 100", FAIL, ev, SMOKE_ACTIONS["lr_high"]))
-        elif max(vals) > 100:
-            out.append(
-                Verdict(g, "grad_norm non-zero, < 100", WARN, ev + " (one step > 100)", "LR too high?")
-            )
-        else:
-            out.append(Verdict(g, "grad_norm non-zero, < 100", PASS, ev))
+        return _missing(SMOKE, check, "grad_norm")
+    raw = log.series("grad_norm", finite=False)[: len(pts) or th.smoke_steps]
+    vals = [v for _, v in raw]
+    ev = f"steps {raw[0][0]}-{raw[-1][0]}: {', '.join(fmt(v) for v in vals)}"
+    if any(not math.isfinite(v) for v in vals):
+        return Verdict(SMOKE, check, FAIL, ev + " (non-finite)", "LR too high / diverged.")
+    if max(vals) == 0:
+        return Verdict(SMOKE, check, FAIL, ev + " (zero)", SMOKE_ACTIONS["grad0"])
+    if statistics.median(vals) > 100:
+        return Verdict(SMOKE, check, FAIL, ev, SMOKE_ACTIONS["lr_high"])
+    if max(vals) > 100:
+        return Verdict(SMOKE, check, WARN, ev + " (one step > 100)", "LR too high?")
+    return Verdict(SMOKE, check, PASS, ev)
 
+
+def smoke_advantage(log: MetricsLog, th: Thresholds) -> Verdict:
+    """Advantages are not all zero after the first step."""
+    check = "advantage_std not stuck at 0"
     pts = _first(log, "advantage_std", th)
     if not pts:
-        out.append(_missing(g, "advantage_std not stuck at 0", "advantage_std/group_reward_std"))
-    else:
-        key = log.key_for("advantage_std")
-        later = [v for _, v in pts[1:]]
-        ev = f"{key}: {', '.join(fmt(v) for _, v in pts)}"
-        if len(pts) < 2:
-            out.append(Verdict(g, "advantage_std not stuck at 0", INFO, ev + " (only step 1 so far)"))
-        elif max(abs(v) for v in later) < 1e-8:
-            out.append(Verdict(g, "advantage_std not stuck at 0", FAIL, ev, SMOKE_ACTIONS["adv0"]))
-        else:
-            out.append(Verdict(g, "advantage_std not stuck at 0", PASS, ev))
+        return _missing(SMOKE, check, "advantage_std/group_reward_std")
+    ev = f"{log.key_for('advantage_std')}: {', '.join(fmt(v) for _, v in pts)}"
+    if len(pts) < 2:
+        return Verdict(SMOKE, check, INFO, ev + " (only step 1 so far)")
+    if max(abs(v) for _, v in pts[1:]) < 1e-8:
+        return Verdict(SMOKE, check, FAIL, ev, SMOKE_ACTIONS["adv0"])
+    return Verdict(SMOKE, check, PASS, ev)
 
+
+def smoke_truncated(log: MetricsLog, th: Thresholds) -> Verdict:
+    """Most responses end within --generate_max_len."""
+    check = "truncated < 50%"
     pts = _first(log, "truncated", th)
     if not pts:
-        out.append(_missing(g, "truncated < 50%", "truncated"))
-    else:
-        m = _mean([v for _, v in pts])
-        ev = f"{log.key_for('truncated')} mean {m:.0%}"
-        status = FAIL if m > 0.5 else PASS
-        out.append(
-            Verdict(g, "truncated < 50%", status, ev, SMOKE_ACTIONS["trunc"] if status == FAIL else "")
-        )
+        return _missing(SMOKE, check, "truncated")
+    m = _mean([v for _, v in pts])
+    ev = f"{log.key_for('truncated')} mean {m:.0%}"
+    if m > 0.5:
+        return Verdict(SMOKE, check, FAIL, ev, SMOKE_ACTIONS["trunc"])
+    return Verdict(SMOKE, check, PASS, ev)
 
+
+def smoke_clip(log: MetricsLog, th: Thresholds) -> Verdict:
+    """Fewer than 40% of tokens clipped (more means the LR moves the policy too far per step)."""
+    check = "ppo_clip_ratio < 40%"
     pts = _first(log, "ppo_clip_ratio", th)
     if not pts:
-        out.append(_missing(g, "ppo_clip_ratio < 40%", "ppo_clip_ratio"))
-    else:
-        m = _mean([v for _, v in pts])
-        ev = f"mean {m:.1%}"
-        if m > 0.4:
-            out.append(Verdict(g, "ppo_clip_ratio < 40%", FAIL, ev, SMOKE_ACTIONS["lr_high"]))
-        else:
-            note = " (~0 is expected with one optimizer step per rollout batch)" if m < 1e-3 else ""
-            out.append(Verdict(g, "ppo_clip_ratio < 40%", PASS, ev + note))
-    return out
+        return _missing(SMOKE, check, "ppo_clip_ratio")
+    m = _mean([v for _, v in pts])
+    if m > 0.4:
+        return Verdict(SMOKE, check, FAIL, f"mean {m:.1%}", SMOKE_ACTIONS["lr_high"])
+    note = " (~0 is expected with one optimizer step per rollout batch)" if m < 1e-3 else ""
+    return Verdict(SMOKE, check, PASS, f"mean {m:.1%}{note}")
+
+
+SMOKE_RULES = (smoke_reward, smoke_boxed, smoke_grad_norm, smoke_advantage, smoke_truncated, smoke_clip)
+
+
+def smoke_tests(log: MetricsLog, th: Thresholds) -> list[Verdict]:
+    """The early smoke-test criteria over the first `smoke_steps` logged steps, one verdict per rule."""
+    return [rule(log, th) for rule in SMOKE_RULES]
 
 
 # ---------------------------------------------------------------- policy movement
@@ -372,6 +370,7 @@ def early_stop(log: MetricsLog, th: Thresholds) -> Verdict:
 # ---------------------------------------------------------------- playbook diagnosis over a window
 
 
+PLAY = "playbook"
 PLAYBOOK = {
     "flat learning": "Increase LR, decrease KL coef, increase group size (n_samples_per_prompt 8 -> 16).",
     "instability": "Decrease LR, increase KL coef, add grad clipping.",
@@ -424,120 +423,170 @@ def _spike_text(step: int, log: MetricsLog, spikes: Sequence[Spike]) -> str:
     return f"step {step}: " + (", ".join(parts) or "in the spike log")
 
 
+@dataclass
+class Window:
+    """The last `th.window` steps, as every playbook rule reads them."""
+
+    log: MetricsLog
+    spikes: Sequence[Spike]
+    th: Thresholds
+    steps: list[int]
+    signal: str  # correctness when logged, else reward_mean
+    pts: list[tuple[int, float]]  # the signal over the window
+    kl: list[float]  # |kl| over the window
+    ent: list[float]  # entropy over the window
+
+    @classmethod
+    def of(cls, log: MetricsLog, spikes: Sequence[Spike], th: Thresholds) -> Window:
+        sig = _signal(log)
+        return cls(log, spikes, th, log.steps()[-th.window :], sig, _window(log, sig, th),
+                   [abs(v) for _, v in _window(log, "kl", th)], [v for _, v in _window(log, "entropy", th)])
+
+    @property
+    def span(self) -> str:
+        return f"steps {self.steps[0]}-{self.steps[-1]}"
+
+
+# A playbook rule returns a WARN/FAIL verdict when its pattern is there, None when it is not, or a string
+# naming what it could not check (the metric it needs is missing or too short).
+Finding = Verdict | str | None
+
+
+def non_finite(w: Window) -> Finding:
+    """A NaN or inf in the loss, the gradient norm or the reward."""
+    bad = [f"{name}@{s}" for name in ("policy_loss", "grad_norm", "reward_mean")
+           for s, v in w.log.series(name, finite=False) if not math.isfinite(v)]
+    return Verdict(PLAY, "non-finite values", FAIL, ", ".join(bad[:8]), PLAYBOOK["non-finite values"]) if bad else None
+
+
+def flat_learning(w: Window) -> Finding:
+    """The training signal's fitted trend over the window is neither significant nor 5 points."""
+    if len(w.pts) < 10:
+        return f"flat learning ({w.signal}: {len(w.pts)} of 10 steps)"
+    slope, se = trend(w.pts)
+    if abs(slope / se) >= 2 or abs(slope * (w.steps[-1] - w.steps[0])) >= 0.05:
+        return None
+    ev = f"{w.signal} {fmt(w.pts[0][1])} -> {fmt(w.pts[-1][1])} over {w.span} (slope {fmt(slope)}/step +- {fmt(se)})"
+    if w.kl:
+        ev += f"; |kl| median {fmt(statistics.median(w.kl))}"
+    if w.ent:
+        ev += f"; entropy {fmt(w.ent[0])} -> {fmt(w.ent[-1])}"
+    return Verdict(PLAY, "flat learning", WARN, ev, PLAYBOOK["flat learning"])
+
+
+def instability(w: Window) -> Finding:
+    """The signal falls significantly while the KL spikes or the entropy drops."""
+    slope, se = trend(w.pts)
+    if len(w.pts) < 6 or slope / se >= -2:
+        return None
+    kl, ent = w.kl, w.ent
+    kl_spike = len(kl) >= 5 and max(kl) > 5 * statistics.median(kl) and max(kl) > 1e-3
+    ent_drop = len(ent) >= 6 and _mean(ent[-3:]) < 0.7 * _mean(ent[:3])
+    if not (kl_spike or ent_drop):
+        return None
+    ev = f"{w.signal} slope {fmt(slope)}/step over {w.span}"
+    ev += f"; kl max {fmt(max(kl))} vs median {fmt(statistics.median(kl))}" if kl_spike else ""
+    ev += f"; entropy {fmt(_mean(ent[:3]))} -> {fmt(_mean(ent[-3:]))}" if ent_drop else ""
+    return Verdict(PLAY, "instability", WARN, ev, PLAYBOOK["instability"])
+
+
+def reward_hacking(w: Window) -> Finding:
+    """The training signal rises significantly while the held-out probe's fitted change stays within noise."""
+    key = probe_key(w.log, w.th)
+    if not key:
+        return "reward hacking (no eval results)"
+    evals, train_all = w.log.series(key), w.log.series(w.signal)
+    if len(evals) < 4 or len(train_all) < 10:
+        return None
+    t_slope, t_se = trend(train_all)
+    t_change = t_slope * (train_all[-1][0] - train_all[0][0])
+    e_slope, _ = trend(evals)
+    e_span = evals[-1][0] - evals[0][0]
+    e_mean = _mean([v for _, v in evals])
+    sxx = sum((s - _mean([x for x, _ in evals])) ** 2 for s, _ in evals)
+    gain_se = math.sqrt(max(e_mean * (1 - e_mean), 1 / w.th.probe_size) / w.th.probe_size / sxx) * e_span
+    if not (t_slope / t_se > 2 and t_change > 0.03 and e_slope * e_span <= 0.5 * gain_se):
+        return None
+    ev = (
+        f"{w.signal} up {fmt(train_all[0][1])} -> {fmt(train_all[-1][1])} (slope {fmt(t_slope)}/step, "
+        f"t={t_slope / t_se:.1f}) while {key} fitted change over steps {evals[0][0]}-{evals[-1][0]} is "
+        f"{e_slope * e_span * 100:+.1f}pp (binomial SE {gain_se * 100:.1f}pp; {len(evals)} evals "
+        f"{evals[0][1]:.1%} ... {evals[-1][1]:.1%})"
+    )
+    return Verdict(PLAY, "reward hacking", WARN, ev, PLAYBOOK["reward hacking"])
+
+
+def loss_grad_spikes(w: Window) -> Finding:
+    """Gradient-norm or loss spikes, joined with the spike log; escalating peaks are called out."""
+    sp_steps = spike_steps(w.log, w.spikes, w.th)
+    if not sp_steps:
+        return None if w.log.key_for("grad_norm") or w.spikes else "loss/grad spikes (grad_norm)"
+    ev = "; ".join(_spike_text(s, w.log, w.spikes) for s in sp_steps[:5])
+    if len(sp_steps) > 5:
+        ev += f"; ... {len(sp_steps) - 5} more"
+    peaks = [v for s, v in w.log.series("grad_norm") if s in sp_steps]
+    if len(peaks) >= 3 and peaks[-3] < peaks[-2] < peaks[-1]:
+        ev += f"; spike grad norms escalating ({', '.join(fmt(p) for p in peaks[-3:])}): policy drifting into unstable regions"
+    return Verdict(PLAY, "loss/grad spikes", WARN, ev, PLAYBOOK["loss/grad spikes"])
+
+
+def length_collapse(w: Window) -> Finding:
+    """The last 3 steps' mean response length is below 60% of its earlier 3-step peak."""
+    lengths = w.log.series("response_length")
+    if len(lengths) < 6:
+        return None if lengths else "length collapse (response_length)"
+    vals = [v for _, v in lengths]
+    roll = [_mean(vals[i : i + 3]) for i in range(len(vals) - 2)]
+    peak, recent = max(roll[:-1]), roll[-1]
+    if recent >= 0.6 * peak:
+        return None
+    ev = f"mean response_length {fmt(peak)} (peak, 3-step mean) -> {fmt(recent)} (last 3 steps)"
+    if w.ent:
+        ev += f"; entropy {fmt(w.ent[0])} -> {fmt(w.ent[-1])}"
+    return Verdict(PLAY, "length collapse", WARN, ev, PLAYBOOK["length collapse"])
+
+
+def high_truncation(w: Window) -> Finding:
+    """More than 70% of responses truncated over the last 5 steps."""
+    trunc = w.log.series("truncated")
+    if not trunc:
+        return "high truncation (truncated)"
+    recent = _mean([v for _, v in trunc[-5:]])
+    if recent <= 0.7:
+        return None
+    ev = f"{w.log.key_for('truncated')} {recent:.0%} over the last {min(5, len(trunc))} steps"
+    return Verdict(PLAY, "high truncation", WARN, ev, PLAYBOOK["high truncation"])
+
+
+def entropy_collapse(w: Window) -> Finding:
+    """Entropy of the last 3 steps below half of the first 3 (or below 1 nat from above it, by 20%)."""
+    ent_all = w.log.series("entropy")
+    if len(ent_all) < 6:
+        return None if ent_all else "entropy collapse (entropy)"
+    first, recent = _mean([v for _, v in ent_all[:3]]), _mean([v for _, v in ent_all[-3:]])
+    if not (recent < 0.5 * first or (recent < 1.0 <= first and recent < 0.8 * first)):
+        return None
+    ev = f"{w.log.key_for('entropy')} {fmt(first)} (first 3 steps) -> {fmt(recent)} (last 3 steps)"
+    return Verdict(PLAY, "entropy collapse", WARN, ev, PLAYBOOK["entropy collapse"])
+
+
+PLAYBOOK_RULES = (non_finite, flat_learning, instability, reward_hacking, loss_grad_spikes, length_collapse,
+                  high_truncation, entropy_collapse)
+
+
 def playbook(log: MetricsLog, spikes: Sequence[Spike], th: Thresholds) -> list[Verdict]:
     """Match the tuning playbook's scenarios over the last `window` steps; each with evidence and actions."""
-    g = "playbook"
     steps = log.steps()[-th.window :]
     if len(steps) < 6:
-        return [Verdict(g, "playbook diagnosis", INFO, f"{len(steps)} step(s) logged; needs 6")]
-    span = f"steps {steps[0]}-{steps[-1]}"
-    out: list[Verdict] = []
-    unchecked: list[str] = []
-
-    bad = [
-        f"{name}@{s}"
-        for name in ("policy_loss", "grad_norm", "reward_mean")
-        for s, v in log.series(name, finite=False)
-        if not math.isfinite(v)
-    ]
-    if bad:
-        out.append(Verdict(g, "non-finite values", FAIL, ", ".join(bad[:8]), PLAYBOOK["non-finite values"]))
-
-    sig = _signal(log)
-    pts = _window(log, sig, th)
-    kl = [abs(v) for _, v in _window(log, "kl", th)]
-    ent = [v for _, v in _window(log, "entropy", th)]
-    slope, se = trend(pts)
-    change = slope * (steps[-1] - steps[0])
-    if len(pts) >= 10:
-        if abs(slope / se) < 2 and abs(change) < 0.05:
-            ev = f"{sig} {fmt(pts[0][1])} -> {fmt(pts[-1][1])} over {span} (slope {fmt(slope)}/step +- {fmt(se)})"
-            if kl:
-                ev += f"; |kl| median {fmt(statistics.median(kl))}"
-            if ent:
-                ev += f"; entropy {fmt(ent[0])} -> {fmt(ent[-1])}"
-            out.append(Verdict(g, "flat learning", WARN, ev, PLAYBOOK["flat learning"]))
-    else:
-        unchecked.append(f"flat learning ({sig}: {len(pts)} of 10 steps)")
-
-    if len(pts) >= 6 and slope / se < -2:
-        kl_spike = len(kl) >= 5 and max(kl) > 5 * statistics.median(kl) and max(kl) > 1e-3
-        ent_drop = len(ent) >= 6 and _mean(ent[-3:]) < 0.7 * _mean(ent[:3])
-        if kl_spike or ent_drop:
-            ev = f"{sig} slope {fmt(slope)}/step over {span}"
-            ev += f"; kl max {fmt(max(kl))} vs median {fmt(statistics.median(kl))}" if kl_spike else ""
-            ev += f"; entropy {fmt(_mean(ent[:3]))} -> {fmt(_mean(ent[-3:]))}" if ent_drop else ""
-            out.append(Verdict(g, "instability", WARN, ev, PLAYBOOK["instability"]))
-
-    key = probe_key(log, th)
-    evals = log.series(key) if key else []
-    train_all = log.series(sig)
-    if key and len(evals) >= 4 and len(train_all) >= 10:
-        t_slope, t_se = trend(train_all)
-        t_change = t_slope * (train_all[-1][0] - train_all[0][0])
-        e_slope, _ = trend(evals)
-        e_span = evals[-1][0] - evals[0][0]
-        e_mean = _mean([v for _, v in evals])
-        sxx = sum((s - _mean([x for x, _ in evals])) ** 2 for s, _ in evals)
-        gain_se = math.sqrt(max(e_mean * (1 - e_mean), 1 / th.probe_size) / th.probe_size / sxx) * e_span
-        if t_slope / t_se > 2 and t_change > 0.03 and e_slope * e_span <= 0.5 * gain_se:
-            ev = (
-                f"{sig} up {fmt(train_all[0][1])} -> {fmt(train_all[-1][1])} (slope {fmt(t_slope)}/step, "
-                f"t={t_slope / t_se:.1f}) while {key} fitted change over steps {evals[0][0]}-{evals[-1][0]} is "
-                f"{e_slope * e_span * 100:+.1f}pp (binomial SE {gain_se * 100:.1f}pp; {len(evals)} evals "
-                f"{evals[0][1]:.1%} ... {evals[-1][1]:.1%})"
-            )
-            out.append(Verdict(g, "reward hacking", WARN, ev, PLAYBOOK["reward hacking"]))
-    elif not key:
-        unchecked.append("reward hacking (no eval results)")
-
-    sp_steps = spike_steps(log, spikes, th)
-    if sp_steps:
-        ev = "; ".join(_spike_text(s, log, spikes) for s in sp_steps[:5])
-        if len(sp_steps) > 5:
-            ev += f"; ... {len(sp_steps) - 5} more"
-        peaks = [v for s, v in log.series("grad_norm") if s in sp_steps]
-        if len(peaks) >= 3 and peaks[-3] < peaks[-2] < peaks[-1]:
-            ev += f"; spike grad norms escalating ({', '.join(fmt(p) for p in peaks[-3:])}): policy drifting into unstable regions"
-        out.append(Verdict(g, "loss/grad spikes", WARN, ev, PLAYBOOK["loss/grad spikes"]))
-    elif not log.key_for("grad_norm") and not spikes:
-        unchecked.append("loss/grad spikes (grad_norm)")
-
-    lengths = log.series("response_length")
-    if len(lengths) >= 6:
-        vals = [v for _, v in lengths]
-        roll = [_mean(vals[i : i + 3]) for i in range(len(vals) - 2)]
-        peak, recent = max(roll[:-1]), roll[-1]
-        if recent < 0.6 * peak:
-            ev = f"mean response_length {fmt(peak)} (peak, 3-step mean) -> {fmt(recent)} (last 3 steps)"
-            if ent:
-                ev += f"; entropy {fmt(ent[0])} -> {fmt(ent[-1])}"
-            out.append(Verdict(g, "length collapse", WARN, ev, PLAYBOOK["length collapse"]))
-    elif not lengths:
-        unchecked.append("length collapse (response_length)")
-
-    trunc = log.series("truncated")
-    if trunc:
-        recent = _mean([v for _, v in trunc[-5:]])
-        if recent > 0.7:
-            ev = f"{log.key_for('truncated')} {recent:.0%} over the last {min(5, len(trunc))} steps"
-            out.append(Verdict(g, "high truncation", WARN, ev, PLAYBOOK["high truncation"]))
-    else:
-        unchecked.append("high truncation (truncated)")
-
-    ent_all = log.series("entropy")
-    if len(ent_all) >= 6:
-        first, recent = _mean([v for _, v in ent_all[:3]]), _mean([v for _, v in ent_all[-3:]])
-        if recent < 0.5 * first or (recent < 1.0 <= first and recent < 0.8 * first):
-            ev = f"{log.key_for('entropy')} {fmt(first)} (first 3 steps) -> {fmt(recent)} (last 3 steps)"
-            out.append(Verdict(g, "entropy collapse", WARN, ev, PLAYBOOK["entropy collapse"]))
-    elif not ent_all:
-        unchecked.append("entropy collapse (entropy)")
-
+        return [Verdict(PLAY, "playbook diagnosis", INFO, f"{len(steps)} step(s) logged; needs 6")]
+    w = Window.of(log, spikes, th)
+    findings = [rule(w) for rule in PLAYBOOK_RULES]
+    out = [f for f in findings if isinstance(f, Verdict)]
+    unchecked = [f for f in findings if isinstance(f, str)]
     if not out:
-        out.append(Verdict(g, "playbook diagnosis", PASS, f"no playbook pattern over {span}"))
+        out.append(Verdict(PLAY, "playbook diagnosis", PASS, f"no playbook pattern over {w.span}"))
     if unchecked:
-        out.append(Verdict(g, "not checked", MISSING, "; ".join(unchecked)))
+        out.append(Verdict(PLAY, "not checked", MISSING, "; ".join(unchecked)))
     return out
 
 
