@@ -3,8 +3,8 @@
 # usage: bash apply_patches.sh [--check | --reverse] [--target DIR]   (PYTHON=... picks the interpreter)
 set -euo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PATCH_DIR="${PATCH_DIR:-$HERE/patches}"
+RFT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PATCH_DIR="${PATCH_DIR:-$RFT_ROOT/patches}"
 SERIES="$PATCH_DIR/series"
 PYTHON="${PYTHON:-python}"
 # The only OpenRLHF release these patches were written against (their context lines are its source).

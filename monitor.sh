@@ -3,10 +3,9 @@
 # Usage: bash monitor.sh [METRICS_DIR] [--follow|--check|--plot out.png|--table] [flags]   (python -m rft.monitor --help)
 set -euo pipefail
 
-REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PYTHON="${PYTHON:-$REPO_DIR/.venv/bin/python}"
-[[ -x "$PYTHON" ]] || PYTHON=python3
+# The launch scripts' interpreter and PYTHONPATH (scripts/launch_lib.sh), so the monitor runs where training does.
+# shellcheck source=scripts/launch_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
 export METRICS_LOG_DIR="${METRICS_LOG_DIR:-/mnt/scratch/rft_metrics_20b}"
-export PYTHONPATH="$REPO_DIR${PYTHONPATH:+:$PYTHONPATH}"
 
 exec "$PYTHON" -m rft.monitor "$@"

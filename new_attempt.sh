@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Start a training attempt: git branch attempt-NN-short-desc plus notes/attempt-NN-short-desc.md from the template.
-# Usage: bash new_attempt.sh NN short-desc     (e.g. bash new_attempt.sh 29 lr-1e-6; REPO_DIR, TEMPLATE overridable)
+# Usage: bash new_attempt.sh NN short-desc     (e.g. bash new_attempt.sh 29 lr-1e-6; RFT_ROOT, TEMPLATE overridable)
 set -euo pipefail
 
-REPO_DIR="${REPO_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
-TEMPLATE="${TEMPLATE:-$REPO_DIR/notes/attempt-template.md}"
+RFT_ROOT="${RFT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
+TEMPLATE="${TEMPLATE:-$RFT_ROOT/notes/attempt-template.md}"
 
 die() { echo "new_attempt.sh: $*" >&2; exit 2; }
 
@@ -17,10 +17,10 @@ DESC="$2"
 [[ "$DESC" =~ ^[a-z0-9]+(-[a-z0-9]+)*$ && ${#DESC} -le 40 ]] \
   || die "short-desc must be lowercase letters/digits joined by single hyphens, at most 40 chars, got '$DESC'"
 BRANCH="attempt-$NN-$DESC"
-NOTE="$REPO_DIR/notes/$BRANCH.md"
+NOTE="$RFT_ROOT/notes/$BRANCH.md"
 
-cd "$REPO_DIR"
-git rev-parse --is-inside-work-tree >/dev/null 2>&1 || die "$REPO_DIR is not a git work tree"
+cd "$RFT_ROOT"
+git rev-parse --is-inside-work-tree >/dev/null 2>&1 || die "$RFT_ROOT is not a git work tree"
 [[ -f "$TEMPLATE" ]] || die "template not found: $TEMPLATE"
 if git show-ref --verify --quiet "refs/heads/$BRANCH"; then die "branch $BRANCH already exists"; fi
 EXISTING="$(git for-each-ref --format='%(refname:short)' "refs/heads/attempt-$NN-*")"
@@ -31,7 +31,7 @@ DIRTY="$(git status --porcelain --untracked-files=no)"
 $DIRTY"
 
 BASE="$(git rev-parse --abbrev-ref HEAD)@$(git rev-parse --short HEAD)"
-TMP="$(mktemp "$REPO_DIR/notes/.$BRANCH.XXXXXX")"
+TMP="$(mktemp "$RFT_ROOT/notes/.$BRANCH.XXXXXX")"
 trap 'rm -f "$TMP"' EXIT
 sed -e "s/{{NN}}/$NN/g" -e "s/{{DESC}}/$DESC/g" -e "s/{{BRANCH}}/$BRANCH/g" \
     -e "s/{{DATE}}/$(date -u +%Y-%m-%d)/g" -e "s|{{BASE}}|$BASE|g" "$TEMPLATE" > "$TMP"

@@ -15,6 +15,8 @@ import math
 import random
 from pathlib import Path
 
+from rft.prompts import build_input
+
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{%- if reasoning_effort is not defined %}{%- set reasoning_effort = 'medium' %}{%- endif %}"
@@ -33,7 +35,6 @@ _CORPUS = [
     "Therefore \\boxed{3} and \\boxed{8} and \\boxed{42}. Let x = 4, then y = 9.",
     "".join(chr(c) for c in range(32, 127)) + "\n",  # every printable ASCII character has a token
 ]
-INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 ANSWER = "7"
 VLLM_HIDDEN = 128  # 4 heads of 32: a head size vLLM-CPU's attention supports
 
@@ -85,7 +86,7 @@ def model_config(arch: str, tok, hidden_size: int = VLLM_HIDDEN):
 
 def question(i: int) -> str:
     """The i-th prompt of the task (the wording varies, the answer never does)."""
-    return f"Puzzle {i}: what is the key number?\n\n{INSTRUCTION}"
+    return build_input(f"Puzzle {i}: what is the key number?")
 
 
 def format_examples(tok, n: int, seed: int) -> list[tuple[str, str]]:

@@ -33,11 +33,6 @@ def drop_threshold(prev: float, cur: float, probe_size: int, z: float = DEFAULT_
     return z * math.sqrt(max(p * (1 - p), 1.0 / probe_size) / probe_size)
 
 
-def significant_drop(prev: float, cur: float, probe_size: int, z: float = DEFAULT_Z) -> bool:
-    """True if `cur` is below `prev` by more than the noise threshold."""
-    return prev - cur > drop_threshold(prev, cur, probe_size, z)
-
-
 def decide(
     scores: Sequence[float], probe_size: int = DEFAULT_PROBE_SIZE, z: float = DEFAULT_Z
 ) -> StopDecision:

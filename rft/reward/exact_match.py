@@ -1,6 +1,7 @@
 """The exact-match GRPO reward: isolate the response, grade its final answer, score it for OpenRLHF.
 
-`grade()` scores one response against one label. `reward_func(queries, prompts, labels)` follows
+`grade()` scores one response against one label. `make_reward_func(scheme)` builds the `reward_func(queries,
+prompts, labels)` that reward_func_em.py hands OpenRLHF; it follows
 OpenRLHF 0.9.3's contract for `--remote_rm_url file.py` (`openrlhf/utils/agent.py`): it is called per
 sample from a worker thread with `queries` = decode(prompt + response, skip_special_tokens=False) and
 must return `rewards`, `scores` and numeric `extra_logs`. It never raises: an exception there would
@@ -213,11 +214,6 @@ def harmony_messages(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def has_end_of_turn(text: str) -> bool:
-    """True when the response contains an end-of-turn / end-of-sequence marker."""
-    return any(m in text for m in END_OF_TURN)
-
-
 def scored_region(text: str, content_length: int | None = None) -> tuple[str, int]:
     """The part of a response that may hold the answer, and its offset in the response."""
     if is_harmony(text):
@@ -354,5 +350,3 @@ def as_tensors(rewards: list[float], scores: list[float], logs: dict[str, list[f
     rows = torch.tensor([rewards, scores, *logs.values()]).unbind(0)
     return {"rewards": rows[0], "scores": rows[1], "extra_logs": dict(zip(logs, rows[2:], strict=True))}
 
-
-reward_func = make_reward_func(scheme_from_env())

@@ -36,6 +36,7 @@ from rft.io import atomic_write_jsonl
 from rft.reward.blend import JUDGE_LOG_KEYS
 from rft.reward.exact_match import EXTRA_LOG_KEYS
 from rft.train.loss_diag import DIAG_KEYS
+from rft.train.numbers import scalar
 from rft.train.robust_rewards import BATCH_KEYS
 
 METRICS_FILE = "training_metrics.jsonl"
@@ -123,20 +124,11 @@ def spike_log_path() -> Path | None:
 
 
 def as_number(value: Any) -> float | int | None | bool:
-    """A JSON-ready number for a metric value (None if non-finite); False if the value is not numeric."""
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            return False
-        value = value.item()
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
+    """A JSON-ready number for a metric value (None if non-finite); False if the value is not one number."""
+    number = scalar(value)
+    if number is None:
         return False
-    return number if math.isfinite(number) else None
+    return number if isinstance(number, int) or math.isfinite(number) else None
 
 
 def numeric_metrics(status: Mapping[str, Any]) -> dict[str, float | int | None]:

@@ -8,11 +8,12 @@ batch carries the same info keys.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
+
+from rft.train.numbers import finite
 
 DEFAULT_VALUE = 0.0
 CORRECTNESS_KEY = "correctness"
@@ -37,31 +38,9 @@ BATCH_KEYS = (
 """Keys batch_reward_stats_of may write into the step's metrics."""
 
 
-def to_number(value: Any) -> float | None:
-    """The value as a finite float, or None if it is not a single finite number (bools count as 0/1)."""
-    if isinstance(value, torch.Tensor):
-        if value.numel() == 0:
-            return None
-        value = value.flatten()[0].item()
-    elif isinstance(value, (list, tuple)):
-        if len(value) != 1:
-            return None
-        return to_number(value[0])
-    elif isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def sanitize_reward(value: Any, default: float = DEFAULT_VALUE) -> tuple[float, bool]:
     """(reward as float, True) when numeric, else (default, False)."""
-    number = to_number(value)
+    number = finite(value)
     return (default, False) if number is None else (number, True)
 
 
@@ -74,7 +53,7 @@ def sanitize_extra_logs(extra_logs: Any, default: float = DEFAULT_VALUE) -> tupl
     clean: dict[str, float] = {}
     replaced = 0
     for key, value in extra_logs.items():
-        number = to_number(value)
+        number = finite(value)
         if number is None:
             number, replaced = default, replaced + 1
         clean[str(key)] = number
@@ -97,7 +76,7 @@ def unify_info_keys(infos: Iterable[dict], default: float = DEFAULT_VALUE) -> in
             info[key] = torch.tensor([default], dtype=torch.float32)
         added = len([k for k in missing if k not in COUNTER_KEYS])
         if added:
-            prev = to_number(info.get("extra_logs_defaulted", 0.0)) or 0.0
+            prev = finite(info.get("extra_logs_defaulted", 0.0)) or 0.0
             info["extra_logs_defaulted"] = torch.tensor([prev + added], dtype=torch.float32)
         added_total += added
     return added_total

@@ -9,12 +9,12 @@ import pytest
 import torch
 from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
+from rft.train.numbers import finite, scalar
 from rft.train.robust_rewards import (
     batch_reward_stats,
     repair_rollout_log_probs,
     sanitize_extra_logs,
     sanitize_reward,
-    to_number,
     unify_info_keys,
 )
 
@@ -51,11 +51,12 @@ def generator(em, **args):
     return gen
 
 
-def test_to_number_and_sanitizers():
-    assert to_number(True) == 1.0 and to_number("0.5") == 0.5 and to_number([2]) == 2.0
-    assert to_number(torch.tensor([3.0, 9.0])) == 3.0
-    for bad in ("yes", None, float("nan"), [], [1, 2], {"a": 1}, torch.tensor([]), float("inf")):
-        assert to_number(bad) is None, bad
+def test_numbers_and_sanitizers():
+    assert finite(True) == 1.0 and finite("0.5") == 0.5 and finite([2]) == 2.0 and finite(torch.tensor([3.0])) == 3.0
+    for bad in ("yes", None, float("nan"), [], [1, 2], {"a": 1}, torch.tensor([]), torch.tensor([3.0, 9.0]),
+                float("inf")):
+        assert finite(bad) is None, bad
+    assert scalar(True) == 1 and isinstance(scalar(7), int) and math.isnan(scalar("nan"))
     assert sanitize_reward("oops") == (0.0, False)
     assert sanitize_extra_logs({"a": "x", "b": 2, "c": None}) == ({"a": 0.0, "b": 2.0, "c": 0.0}, 2)
     assert sanitize_extra_logs("not a dict") == ({}, 1) and sanitize_extra_logs(None) == ({}, 0)
