@@ -11,7 +11,7 @@ die() { echo "new_attempt.sh: $*" >&2; exit 2; }
 [[ $# -eq 2 ]] || die "expected 2 arguments (NN short-desc), got $#; usage: bash new_attempt.sh 29 lr-1e-6"
 NN="$1"
 DESC="$2"
-# Two or three digits so branches sort and read like the ops guide's attempt-26-grpo-20b-em.
+# Two or three digits so branches sort and read like attempt-26-grpo-20b-em.
 [[ "$NN" =~ ^[0-9]{2,3}$ ]] || die "NN must be 2-3 digits (e.g. 07, 29), got '$NN'"
 # Lowercase words joined by single hyphens: safe in branch names, file names and sed.
 [[ "$DESC" =~ ^[a-z0-9]+(-[a-z0-9]+)*$ && ${#DESC} -le 40 ]] \

@@ -21,7 +21,7 @@ PYTHON="$(rft_python)"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$RFT_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
-# rft_storage RUN_NAME: the ops guide's storage layout, every path overridable from the environment:
+# rft_storage RUN_NAME: the node's storage layout, every path overridable from the environment:
 # outputs and checkpoints on the data disk, metrics / samples / spike logs on scratch.
 # shellcheck disable=SC2034  # SAVE_PATH and CKPT_PATH are read by the sourcing script
 rft_storage() {

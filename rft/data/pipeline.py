@@ -85,7 +85,7 @@ TRAINING_ROLES = ("train", "sft")
 
 @dataclass
 class DataConfig:
-    """Every knob of the pipeline; the defaults reproduce the ops guide's data layout."""
+    """Every knob of the pipeline; the defaults reproduce the data layout in docs/data.md."""
 
     seed: int = 42
     rl_pool_size: int = 50_000

@@ -107,7 +107,7 @@ def judge_rule(
     if blend.mode == "blend":
         rep.warnings.append(
             "judge: RFT_JUDGE_MODE=blend gives wrong answers partial credit (reward for pleasing the judge); "
-            "correct_only is the ops guide's recommendation"
+            "correct_only pays nothing for wrong answers"
         )
     ok, why = credentials_status(env)
     if not ok:

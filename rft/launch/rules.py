@@ -201,7 +201,7 @@ def gpus_needed(a: argparse.Namespace) -> int:
 
 
 def eval_rule(a: argparse.Namespace) -> list[str]:
-    """Greedy eval with n > 1 only measures vLLM nondeterminism (ops guide: never combine them)."""
+    """Greedy eval with n > 1 only measures vLLM nondeterminism (never combine them)."""
     if getattr(a, "eval_dataset", None) and a.eval_temperature == 0 and a.eval_n_samples_per_prompt > 1:
         return [
             f"--eval_temperature 0 with --eval_n_samples_per_prompt {a.eval_n_samples_per_prompt}: near-identical "

@@ -40,7 +40,7 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Knobs of the checks (defaults from the ops guide; see `python -m rft.monitor --help`)."""
+    """Knobs of the checks (defaults in docs/monitor.md; see `python -m rft.monitor --help`)."""
 
     smoke_steps: int = 6
     window: int = 20

@@ -1,6 +1,6 @@
 """The judge-blended GRPO reward: exact match plus Gemini-judged reasoning quality, in two modes.
 
-- `correct_only` (default, the ops guide's recommendation): a wrong or missing answer gets exactly the EM
+- `correct_only` (default: no credit for a wrong answer): a wrong or missing answer gets exactly the EM
   reward and the judge is not asked; a correct one gets `em_weight * correct + quality_weight * quality`, so
   its reward rises with quality and never falls to a wrong answer's.
 - `blend` (the 120b README): `em_weight * em + quality_weight * quality` for every sample; partial credit
@@ -48,7 +48,7 @@ JUDGE_LOG_KEYS = (
 EXTRA_LOG_KEYS_JUDGE = (*EXTRA_LOG_KEYS, *JUDGE_LOG_KEYS)
 BLEND_WARNING = (
     "rft.reward.blend: RFT_JUDGE_MODE=blend pays wrong answers up to %.2f for pleasing the judge (partial credit "
-    "invites reward hacking: watch reward_high_but_wrong and the OOD probe); the ops guide recommends correct_only"
+    "invites reward hacking: watch reward_high_but_wrong and the OOD probe); correct_only pays nothing for wrong answers"
 )
 NOT_ASKED = Judgement(None, "", -1, 0.0, 0.0, False)
 
