@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
 
-from rft.train.lora_sync import bf16_rounding_report
+from rft.train.lora_merge import bf16_rounding_report
 
 # (label, r, alpha, lr) as in train_grpo_20b.sh / train_grpo_120b.sh
 RECIPES = [("gpt-oss-20b", 32, 64, 5e-7), ("gpt-oss-120b", 64, 128, 1e-6)]
@@ -57,7 +57,7 @@ def payload_mb(r: int, layers: int, bytes_per: int = 2) -> float:
 
 def coherent_steps(model: torch.nn.Module, a0: dict, lr: float, steps: int, seed: int = 0) -> None:
     """lora_A = its init + steps·lr·sign, lora_B = steps·lr·sign (fixed random signs): k Adam-size steps."""
-    from rft.train.lora_sync import lora_parameters
+    from rft.train.lora_payload import lora_parameters
 
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -92,8 +92,9 @@ def vllm_gap_table(lrs: list[float], steps: list[int]) -> Table:
         vllm_logprobs,
     )
 
+    from rft.train.lora_merge import LoraMergeApplier
     from rft.train.lora_native import write_peft_adapter
-    from rft.train.lora_sync import LoraMergeApplier, lora_parameters
+    from rft.train.lora_payload import lora_parameters
 
     table = Table(title="rollout (vLLM) vs trainer (HF+PEFT) after k LoRA steps: realized share / max |gap| / "
                   "max |trainer change|")

@@ -41,7 +41,7 @@ def trainer_args(extra: list[str]):
 
 
 def tiny_llama_config(num_hidden_layers: int = 2):
-    """A 2-layer GQA Llama config, small enough for CPU (the same shape tests/train/test_lora_sync.py uses)."""
+    """A 2-layer GQA Llama config, small enough for CPU (the same shape tests/train/test_lora_merge.py uses)."""
     from transformers import LlamaConfig
 
     return LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=num_hidden_layers,

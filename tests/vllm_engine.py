@@ -98,7 +98,7 @@ def peft_model(model_dir: str | Path, dtype: str, r: int = 8, alpha: int = 16) -
 @torch.no_grad()
 def randomize_lora(model: torch.nn.Module, gen: torch.Generator, scale: float = 0.1) -> None:
     """Random non-zero A and B (a stand-in for many optimizer steps)."""
-    from rft.train.lora_sync import lora_parameters
+    from rft.train.lora_payload import lora_parameters
 
     for _, p in lora_parameters(model):
         p.copy_(torch.randn(p.shape, generator=gen) * scale)
@@ -107,7 +107,7 @@ def randomize_lora(model: torch.nn.Module, gen: torch.Generator, scale: float = 
 @torch.no_grad()
 def zero_lora_b(model: torch.nn.Module) -> None:
     """B = 0: the adapter is the identity again."""
-    from rft.train.lora_sync import lora_parameters
+    from rft.train.lora_payload import lora_parameters
 
     for name, p in lora_parameters(model):
         if ".lora_B." in name:
@@ -116,7 +116,7 @@ def zero_lora_b(model: torch.nn.Module) -> None:
 
 def payload_of(model: torch.nn.Module, version: int) -> dict:
     """The sync payload the patched trainer would send for this PEFT model."""
-    from rft.train.lora_sync import build_payload, lora_parameters
+    from rft.train.lora_payload import build_payload, lora_parameters
 
     named = {n: p.data for n, p in lora_parameters(model)}
     return build_payload(named, model.peft_config["default"], version=version)

@@ -117,7 +117,7 @@ def lora_sync_rule(args: argparse.Namespace, rep: Report) -> None:
         return
     if getattr(args, "vllm_sync_lora_native", False):
         from rft.train.lora_native import vllm_max_lora_rank
-        from rft.train.lora_sync import LoraSyncError
+        from rft.train.lora_payload import LoraSyncError
 
         try:
             rank = vllm_max_lora_rank(args.lora_rank)

