@@ -33,6 +33,11 @@ EPILOG = """examples:
 """
 
 
+def add_adapter_flag(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """The repeatable --adapter SRC[=DEST] flag of sync and verify."""
+    parser.add_argument("--adapter", action="append", default=[], metavar="SRC[=DEST]", help=help_text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI; `run`'s job command is everything after the first `--` and is never parsed."""
     p = argparse.ArgumentParser(
@@ -62,13 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fast-forward the spare's checkout to HEAD (git bundle) and rsync data files "
         "and adapters; idempotent",
     )
-    s.add_argument(
-        "--adapter",
-        action="append",
-        default=[],
-        metavar="SRC[=DEST]",
-        help="a LoRA adapter dir to rsync (repeatable); DEST on the spare defaults to the same path",
-    )
+    add_adapter_flag(s, "a LoRA adapter dir to rsync (repeatable); DEST on the spare defaults to the same path")
     s.add_argument("--no-data", action="store_true", help="skip the gitignored data files")
 
     s = sub.add_parser(
@@ -76,13 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare git HEAD, data checksums, package versions, patches (and adapters) "
         "of primary and spare; exit 1 on any mismatch",
     )
-    s.add_argument(
-        "--adapter",
-        action="append",
-        default=[],
-        metavar="SRC[=DEST]",
-        help="also compare this adapter's files (repeatable)",
-    )
+    add_adapter_flag(s, "also compare this adapter's files (repeatable)")
     s.add_argument("--json", action="store_true", help="print the comparison as JSON instead of a table")
 
     s = sub.add_parser(

@@ -236,26 +236,26 @@ def smoke_advantage(log: MetricsLog, th: Thresholds) -> Verdict:
     return Verdict(SMOKE, check, PASS, ev)
 
 
+def _first_mean(log: MetricsLog, name: str, th: Thresholds) -> float | None:
+    pts = _first(log, name, th)
+    return _mean([v for _, v in pts]) if pts else None
+
+
 def smoke_truncated(log: MetricsLog, th: Thresholds) -> Verdict:
     """Most responses end within --generate_max_len."""
-    check = "truncated < 50%"
-    pts = _first(log, "truncated", th)
-    if not pts:
+    check, m = "truncated < 50%", _first_mean(log, "truncated", th)
+    if m is None:
         return _missing(SMOKE, check, "truncated")
-    m = _mean([v for _, v in pts])
+    bad = m > 0.5
     ev = f"{log.key_for('truncated')} mean {m:.0%}"
-    if m > 0.5:
-        return Verdict(SMOKE, check, FAIL, ev, SMOKE_ACTIONS["trunc"])
-    return Verdict(SMOKE, check, PASS, ev)
+    return Verdict(SMOKE, check, FAIL if bad else PASS, ev, SMOKE_ACTIONS["trunc"] if bad else "")
 
 
 def smoke_clip(log: MetricsLog, th: Thresholds) -> Verdict:
     """Fewer than 40% of tokens clipped (more means the LR moves the policy too far per step)."""
-    check = "ppo_clip_ratio < 40%"
-    pts = _first(log, "ppo_clip_ratio", th)
-    if not pts:
+    check, m = "ppo_clip_ratio < 40%", _first_mean(log, "ppo_clip_ratio", th)
+    if m is None:
         return _missing(SMOKE, check, "ppo_clip_ratio")
-    m = _mean([v for _, v in pts])
     if m > 0.4:
         return Verdict(SMOKE, check, FAIL, f"mean {m:.1%}", SMOKE_ACTIONS["lr_high"])
     note = " (~0 is expected with one optimizer step per rollout batch)" if m < 1e-3 else ""
