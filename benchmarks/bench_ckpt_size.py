@@ -22,17 +22,17 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ROOT / "tests"
+sys.path.insert(0, str(ROOT))  # tests.support (and rft) from this checkout
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 VARIANTS = ("pristine", "patched")
 
 
 def measure(hidden: int, rank: int) -> dict:
     """One save with whichever openrlhf is importable (runs in a worker process); sizes and parameter counts."""
-    sys.path[:0] = [str(TESTS)]
     import openrlhf.utils.deepspeed.deepspeed as dsmod
-    from cpu_trainer import init_gloo
-    from lora_ckpt import (
+
+    from tests.support.cpu_trainer import init_gloo
+    from tests.support.lora_ckpt import (
         ckpt_bytes,
         cpu_barrier,
         param_counts,
@@ -54,9 +54,8 @@ def measure(hidden: int, rank: int) -> dict:
 
 def openrlhf_copies(work: Path) -> dict[str, Path]:
     """{variant: directory whose openrlhf/ is that variant}: the wheel's source, and a patched copy of it."""
-    sys.path[:0] = [str(TESTS)]
-    from conftest import unpack_pristine_openrlhf
-    from patched_openrlhf import run_apply
+    from tests.support.openrlhf_wheel import unpack_pristine_openrlhf
+    from tests.support.patched_openrlhf import run_apply
 
     pristine = unpack_pristine_openrlhf(work / "pristine")
     patched = work / "patched"
@@ -68,7 +67,7 @@ def openrlhf_copies(work: Path) -> dict[str, Path]:
 
 
 def run_worker(site: Path, hidden: int, rank: int) -> dict:
-    from patched_openrlhf import stub_env
+    from tests.support.patched_openrlhf import stub_env
 
     env = stub_env(site)
     env["PYTHONPATH"] = f"{env['PYTHONPATH']}:{ROOT}"

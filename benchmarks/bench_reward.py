@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import logging
 import os
 import random
@@ -28,7 +27,7 @@ from rich.table import Table
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # tests.support (and rft) from this checkout
 
 QWEN_PROMPT = (
     "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n{problem}\n"
@@ -158,10 +157,9 @@ def make_set(n: int, symbolic_share: float, seed: int) -> list[Sample]:
 
 def load_ours(file: str = "reward_func_em.py") -> Callable:
     """reward_func from a reward file, loaded by file path exactly as OpenRLHF does."""
-    spec = importlib.util.spec_from_file_location("reward_func", str(ROOT / file))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.reward_func
+    from tests.support.reward_files import load_reward_module
+
+    return load_reward_module(ROOT / file).reward_func
 
 
 def noop_reward_func(queries, prompts, labels) -> dict:
@@ -239,7 +237,7 @@ def run_direct(fn: Callable, samples: list[Sample]) -> float:
 def bench_judge(samples: list[Sample], latency_s: float, threads: int, console: Console) -> None:
     """The judge reward through the same path against a local generateContent server with `latency_s` per call:
     every response judged (blend), the default correct_only on the same set, and both again as cache hits."""
-    from tests.judge_server import JudgeServer
+    from tests.support.judge_server import JudgeServer
 
     table = Table(title=f"judge reward (n={len(samples)}, {threads} threads, judge latency {latency_s:g} s)")
     for col in ("mode", "cache", "resp/s (path, wall)", "judge calls", "judged share"):

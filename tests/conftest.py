@@ -1,4 +1,4 @@
-"""Shared fixtures: the pristine OpenRLHF 0.9.3 source, unpacked from the real wheel; the two suites.
+"""Shared fixtures: the pristine and the patched OpenRLHF 0.9.3, a gloo world, the local judge server; the two suites.
 
 `make test` runs two suites: `-m "not vllm"` in .venv, and `-m vllm` in .venv-vllm with RFT_VLLM_SUITE=1. In the
 vLLM suite a missing or stand-in vLLM is an error, never a skip; elsewhere `vllm` tests are skipped with the reason.
@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
+from tests.support.judge_server import JudgeServer
+from tests.support.openrlhf_wheel import unpack_pristine_openrlhf
+
 ROOT = Path(__file__).resolve().parent.parent
-WHEEL_DIR = ROOT / ".cache" / "wheels"
 VLLM_SUITE_ENV = "RFT_VLLM_SUITE"
 
 
@@ -52,31 +51,6 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(skip)
 
 
-def openrlhf_wheel() -> Path:
-    """The openrlhf 0.9.3 wheel (downloaded by `make venv`; fetched from PyPI here if missing)."""
-    found = sorted(WHEEL_DIR.glob("openrlhf-0.9.3-*.whl"))
-    if not found:
-        WHEEL_DIR.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "openrlhf==0.9.3", "-d", str(WHEEL_DIR)],
-            check=True,
-        )
-        found = sorted(WHEEL_DIR.glob("openrlhf-0.9.3-*.whl"))
-    return found[0]
-
-
-def unpack_pristine_openrlhf(out: Path) -> Path:
-    """Unpack the wheel's pristine `openrlhf/` package into `out` (returned)."""
-    prefix = "openrlhf-0.9.3.data/purelib/"
-    with zipfile.ZipFile(openrlhf_wheel()) as z:
-        for name in z.namelist():
-            if name.startswith(prefix + "openrlhf/") and not name.endswith("/"):
-                dest = out / name[len(prefix):]
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(z.read(name))
-    return out
-
-
 @pytest.fixture(scope="session")
 def pristine_openrlhf_root(tmp_path_factory) -> Path:
     """A read-only-by-convention directory holding the pristine `openrlhf/` package from the wheel."""
@@ -89,3 +63,32 @@ def openrlhf_copy(pristine_openrlhf_root, tmp_path) -> Path:
     dest = tmp_path / "site"
     shutil.copytree(pristine_openrlhf_root, dest)
     return dest
+
+
+@pytest.fixture(scope="session")
+def patched_openrlhf(pristine_openrlhf_root, tmp_path_factory) -> Path:
+    """Directory whose `openrlhf/` is the patched 0.9.3 that `import openrlhf` now resolves to."""
+    from tests.support.patched_openrlhf import install_patched  # sets the CPU DeepSpeed env on import
+
+    return install_patched(pristine_openrlhf_root, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def dist_world() -> None:
+    """torch.distributed on gloo through DeepSpeed (world size 1), for ZeRO-3 engines in this process."""
+    from tests.support.cpu_trainer import init_gloo
+
+    init_gloo()
+
+
+@pytest.fixture
+def judge_score() -> float:
+    """The score `judge_server` answers by default; a module overrides this fixture to change it."""
+    return JudgeServer.default_score
+
+
+@pytest.fixture
+def judge_server(judge_score):
+    """A local Gemini generateContent server (tests/support/judge_server.py), shut down at teardown."""
+    with JudgeServer(default_score=judge_score) as server:
+        yield server

@@ -12,14 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from cpu_trainer import init_gloo
-from mxfp4_fixtures import build_mxfp4_checkpoint
-from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
 from rft import mxfp4
 from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, parse_args
+from tests.support.mxfp4_fixtures import build_mxfp4_checkpoint
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +25,6 @@ def ckpt(tmp_path_factory) -> tuple[Path, dict[str, torch.Tensor]]:
     """(directory of a tiny MXFP4 gpt-oss checkpoint, its expected dequantized bf16 state dict)."""
     path = tmp_path_factory.mktemp("mxfp4") / "tiny-gpt-oss-mxfp4"
     return path, build_mxfp4_checkpoint(path)
-
-
-@pytest.fixture(scope="module")
-def dist_world():
-    init_gloo()
-    yield
 
 
 def strategy(**extra):
@@ -83,7 +75,7 @@ def test_dequantize_blocks_packing():
 
 
 @pytest.mark.slow
-def test_patched_actor_loads_mxfp4_as_zero3_params(patched_openrlhf, dist_world, ckpt):  # noqa: F811
+def test_patched_actor_loads_mxfp4_as_zero3_params(patched_openrlhf, dist_world, ckpt):
     """The real patched Actor (policy with LoRA, and the reference model's eval config) under ZeRO-3."""
     import deepspeed
     from openrlhf.models import Actor
@@ -213,7 +205,7 @@ GRPO = ["--actor_num_gpus_per_node", "1", "--remote_rm_url", "r.py", "--advantag
         "--micro_rollout_batch_size", "1", "--rollout_batch_size", "1", "--prompt_data", "d.jsonl"]
 
 
-def test_vllm_pretrain_flag_real_argparse_and_train_wiring(patched_openrlhf, monkeypatch):  # noqa: F811
+def test_vllm_pretrain_flag_real_argparse_and_train_wiring(patched_openrlhf, monkeypatch):
     import openrlhf.cli.train_ppo_ray as cli
 
     monkeypatch.setenv(OPENRLHF_DIR_ENV, str(patched_openrlhf))

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_model import build_tiny_model
 
 from rft.cpu import standins as cpu_standins
 from rft.cpu.local_ray import free_port
+from tests.support.tiny_model import build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,11 +50,11 @@ def test_install_on_import_runs_right_after_torch_loads():
 
 
 def zero3_loads(model_dir, loads: int, mode: str) -> list[dict]:
-    """Run tests/zero3_load_worker.py on 2 gloo ranks; each rank's JSON result."""
+    """Run tests/cpu/zero3_load_worker.py on 2 gloo ranks; each rank's JSON result."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     port = str(free_port())
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "zero3_load_worker.py"), str(rank), "2", port,
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "cpu" / "zero3_load_worker.py"), str(rank), "2", port,
                                str(loads), str(model_dir), mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=env) for rank in (0, 1)]
     results = []

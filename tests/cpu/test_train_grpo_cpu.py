@@ -229,7 +229,7 @@ def test_reward_errors_and_missing_labels_are_counted_not_fatal(inputs, tmp_path
         del rows[i]["label"]
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     rc, log = run(tmp_path, inputs, "faults", *SHORT, "--prompt_data", str(prompts),
-                  REWARD_FUNC=str(ROOT / "tests" / "flaky_reward.py"))
+                  REWARD_FUNC=str(ROOT / "tests" / "cpu" / "flaky_reward.py"))
     assert rc == 0, log[-6000:]
     got = train_rows(tmp_path / "faults")
     assert [r["global_step"] for r in got] == list(range(1, 33))

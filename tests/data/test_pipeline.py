@@ -12,7 +12,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from data_fixtures import APEX, write_eval_inputs, write_numina
 
 from rft.data.integer_answer import gsm8k_final_answer, parse_integer_answer
 from rft.data.pipeline import FILES, GSM8K_FILES
@@ -22,6 +21,7 @@ from rft.data.verify import verify
 from rft.io import read_jsonl, sha256_file
 from rft.problems import problem_hash
 from rft.prompts import strip_instruction
+from tests.support.data_fixtures import APEX, write_eval_inputs, write_numina
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = [
@@ -139,7 +139,7 @@ def test_each_stage_removes_the_planted_rows(run, inputs):
 
 def test_dedup_keeps_the_first_occurrence(run):
     """Duplicates differing in case/whitespace come after their originals: only original texts are written."""
-    from data_fixtures import _good_problem, numina_rows
+    from tests.support.data_fixtures import _good_problem, numina_rows
 
     rows = numina_rows()[0]
     revived = rows[-1]["problem"]  # the last fixture row survives dedup (its twin was removed at stage 4)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from tiny_model import build_tiny_model, build_tokenizer
 
 from rft.eval.generation import (
     HFBackend,
@@ -18,6 +17,7 @@ from rft.eval.generation import (
     vllm_sampling_kwargs,
 )
 from rft.prompts import build_input, chat_template_kwargs, encode_prompt
+from tests.support.tiny_model import build_tiny_model, build_tokenizer
 
 
 def req(temperature: float, seed: int = 5, max_new_tokens: int = 12, sample_index: int = 0) -> Request:

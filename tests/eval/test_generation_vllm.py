@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tiny_model import VLLM_HIDDEN, build_tiny_model, fabricate_lora_adapter
-from vllm_engine import CPU_ENV
 
 from rft.prompts import build_input
+from tests.support.tiny_model import VLLM_HIDDEN, build_tiny_model, fabricate_lora_adapter
+from tests.support.vllm_engine import CPU_ENV
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_model import build_tiny_model, fabricate_lora_adapter
 
 from rft.eval import merge
 from rft.eval.merge import MergeError, base_load_kwargs, resolve_base, resolve_model
 from rft.mxfp4 import quant_method
+from tests.support.tiny_model import build_tiny_model, fabricate_lora_adapter
 
 
 @pytest.fixture(scope="module")
@@ -231,9 +231,10 @@ def test_mxfp4_base_is_dequantized_or_refused(tmp_path):
 
 def test_mxfp4_base_is_dequantized_then_merged(tmp_path):
     """A real tiny MXFP4 gpt-oss checkpoint: experts come out exactly dequantized, the LoRA delta is added."""
-    from mxfp4_fixtures import build_mxfp4_checkpoint
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
+
+    from tests.support.mxfp4_fixtures import build_mxfp4_checkpoint
 
     base = tmp_path / "gpt-oss-mxfp4"
     expected = build_mxfp4_checkpoint(base)

@@ -16,7 +16,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from tiny_model import build_tiny_model, build_tokenizer, fabricate_lora_adapter
 
 from rft.eval.generation import HFBackend, Request
 from rft.eval.merge import resolve_model
@@ -39,6 +38,7 @@ from rft.prompts import (
     render_prompt,
 )
 from rft.reward.exact_match import grade
+from tests.support.tiny_model import build_tiny_model, build_tokenizer, fabricate_lora_adapter
 
 ROOT = Path(__file__).resolve().parents[2]
 

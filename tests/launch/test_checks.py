@@ -17,6 +17,8 @@ from rft.io import atomic_write_jsonl, sha256_file
 from rft.launch import cli, record, rules
 from rft.launch.openrlhf_cli import FlagError, parse_args, parse_command_text, resolve_overrides
 from rft.prompts import build_input
+from tests.support.git import git
+from tests.support.judge_server import JudgeServer
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ["train_grpo_20b.sh", "train_grpo_120b.sh", "train_grpo_20b_a27.sh", "train_grpo_20b_a28a.sh",
@@ -338,10 +340,6 @@ def test_parser_errors_are_flag_errors():
 # ------------------------------------------------------------------ git workflow on a temporary repository
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
-
-
 @pytest.fixture
 def repo(tmp_path) -> Path:
     r = tmp_path / "repo"
@@ -509,8 +507,6 @@ def test_multi_node_by_flags_on_an_existing_cluster(patched_root, data_dir, tmp_
 
 def test_reward_switch_and_judge_dry_run(patched_root, data_dir, tmp_path, monkeypatch):
     """REWARD=judge picks reward_func_judge.py; the dry run checks credentials and makes one live call."""
-    from tests.judge_server import JudgeServer
-
     base = script_env(patched_root, data_dir, tmp_path, REWARD="judge", HOME=str(tmp_path))
     for name in ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI"):
         base.pop(name, None)

@@ -9,7 +9,7 @@ import pytest
 
 from rft.launch.judge_check import judge_rule, uses_judge
 from rft.launch.rules import Report
-from tests.judge_server import JudgeServer
+from tests.support.judge_server import JudgeServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,13 +21,12 @@ def args(reward: str = "reward_func_judge.py", **kw) -> SimpleNamespace:
 
 
 @pytest.fixture
-def server():
-    with JudgeServer(default_score=0.9) as s:
-        yield s
+def judge_score() -> float:
+    return 0.9
 
 
-def env_for(server: JudgeServer, tmp_path: Path, **extra: str) -> dict:
-    return {"GOOGLE_API_KEY": "k", "RFT_JUDGE_BASE_URL": server.url, "RFT_JUDGE_MODELS": "m1,m2",
+def env_for(judge_server: JudgeServer, tmp_path: Path, **extra: str) -> dict:
+    return {"GOOGLE_API_KEY": "k", "RFT_JUDGE_BASE_URL": judge_server.url, "RFT_JUDGE_MODELS": "m1,m2",
             "RFT_JUDGE_PRICES": "m1=2/12,m2=1/4", "RFT_JUDGE_CACHE": str(tmp_path / "c.sqlite"),
             "RFT_JUDGE_RETRIES": "0", "HOME": str(tmp_path), **extra}  # fmt: skip
 
@@ -39,11 +38,11 @@ def test_only_the_judge_reward_is_checked() -> None:
     assert rep == Report()
 
 
-def test_live_call_and_cost_estimate(server, tmp_path) -> None:
+def test_live_call_and_cost_estimate(judge_server, tmp_path) -> None:
     rep = Report()
-    judge_rule(args(), rep, 100, live=True, env=env_for(server, tmp_path))
+    judge_rule(args(), rep, 100, live=True, env=env_for(judge_server, tmp_path))
     assert not rep.errors and not rep.blocking, rep.render()
-    assert len(server.requests) == 1 and server.requests[0].model == "m1"
+    assert len(judge_server.requests) == 1 and judge_server.requests[0].model == "m1"
     text = rep.render()
     assert "live call answered by m1 (score 0.90)" in text
     # 128 samples x 100 steps x 50% judged x (1000 + 2048 in, 1000 out) at $2/$12 per M
@@ -51,32 +50,32 @@ def test_live_call_and_cost_estimate(server, tmp_path) -> None:
     assert "up to 32 concurrent, 480/min overall" in text
 
 
-def test_missing_credentials_are_needs_and_no_call_is_made(server, tmp_path) -> None:
+def test_missing_credentials_are_needs_and_no_call_is_made(judge_server, tmp_path) -> None:
     rep = Report()
-    env = {k: v for k, v in env_for(server, tmp_path).items() if k != "GOOGLE_API_KEY"}
+    env = {k: v for k, v in env_for(judge_server, tmp_path).items() if k != "GOOGLE_API_KEY"}
     judge_rule(args(), rep, 100, live=True, env=env)
-    assert any("no Gemini credentials" in b for b in rep.blocking) and not server.requests
+    assert any("no Gemini credentials" in b for b in rep.blocking) and not judge_server.requests
 
 
-def test_failed_live_call_blocks(server, tmp_path) -> None:
-    server.scripts["m1"] = [{"status": 403}]
-    server.scripts["m2"] = [{"text": "no json"}]
+def test_failed_live_call_blocks(judge_server, tmp_path) -> None:
+    judge_server.scripts["m1"] = [{"status": 403}]
+    judge_server.scripts["m2"] = [{"text": "no json"}]
     rep = Report()
-    judge_rule(args(), rep, 100, live=True, env=env_for(server, tmp_path))
+    judge_rule(args(), rep, 100, live=True, env=env_for(judge_server, tmp_path))
     assert len(rep.blocking) == 1 and "live call failed" in rep.blocking[0] and "403" in rep.blocking[0]
 
 
-def test_live_call_can_be_skipped(server, tmp_path) -> None:
+def test_live_call_can_be_skipped(judge_server, tmp_path) -> None:
     for live, extra in ((False, {}), (True, {"JUDGE_LIVE_CHECK": "0"})):
         rep = Report()
-        judge_rule(args(), rep, 100, live=live, env=env_for(server, tmp_path, **extra))
-        assert not server.requests and any("live call skipped" in w for w in rep.warnings)
+        judge_rule(args(), rep, 100, live=live, env=env_for(judge_server, tmp_path, **extra))
+        assert not judge_server.requests and any("live call skipped" in w for w in rep.warnings)
 
 
-def test_bad_settings_and_blend_mode(server, tmp_path) -> None:
+def test_bad_settings_and_blend_mode(judge_server, tmp_path) -> None:
     rep = Report()
-    judge_rule(args(), rep, 100, live=False, env=env_for(server, tmp_path, RFT_JUDGE_WEIGHTS="x"))
+    judge_rule(args(), rep, 100, live=False, env=env_for(judge_server, tmp_path, RFT_JUDGE_WEIGHTS="x"))
     assert rep.errors and "RFT_JUDGE_WEIGHTS" in rep.errors[0]
     rep = Report()
-    judge_rule(args(), rep, 100, live=False, env=env_for(server, tmp_path, RFT_JUDGE_MODE="blend"))
+    judge_rule(args(), rep, 100, live=False, env=env_for(judge_server, tmp_path, RFT_JUDGE_MODE="blend"))
     assert any("partial credit" in w for w in rep.warnings) and "x 100% judged (blend)" in rep.render()

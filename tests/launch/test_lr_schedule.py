@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from patched_openrlhf import stub_env
 from transformers import get_scheduler
 
 from rft.io import atomic_write_jsonl
 from rft.launch.lr_schedule import Schedule, count_pool, evaluate, main
+from tests.support.patched_openrlhf import stub_env
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,13 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.git import git
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
        "GIT_COMMITTER_EMAIL": "t@x", "GIT_CONFIG_GLOBAL": os.devnull}
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, env=ENV, check=True, capture_output=True, text=True).stdout
 
 
 @pytest.fixture
@@ -37,7 +35,7 @@ def new_attempt(repo: Path, *args: str) -> subprocess.CompletedProcess:
 def test_creates_branch_and_note(repo):
     res = new_attempt(repo, "29", "lr-1e-6")
     assert res.returncode == 0, res.stderr
-    assert git(repo, "branch", "--show-current").strip() == "attempt-29-lr-1e-6"
+    assert git(repo, "branch", "--show-current") == "attempt-29-lr-1e-6"
     note = (repo / "notes" / "attempt-29-lr-1e-6.md").read_text()
     assert note.startswith("# Attempt 29: lr-1e-6\n")
     assert "Branch `attempt-29-lr-1e-6`" in note and "from `main@" in note and "attempt-29-start" in note
@@ -56,7 +54,7 @@ def test_creates_branch_and_note(repo):
 def test_refuses_bad_arguments(repo, args, message):
     res = new_attempt(repo, *args)
     assert res.returncode == 2 and message in res.stderr
-    assert git(repo, "branch", "--show-current").strip() == "main"
+    assert git(repo, "branch", "--show-current") == "main"
 
 
 def test_refuses_existing_branch_and_reused_number(repo):
@@ -72,4 +70,4 @@ def test_refuses_dirty_tree(repo):
     (repo / "new_attempt.sh").write_text((repo / "new_attempt.sh").read_text() + "\n# edit\n")
     res = new_attempt(repo, "30", "eps-clip")
     assert res.returncode == 2 and "uncommitted changes" in res.stderr and "new_attempt.sh" in res.stderr
-    assert git(repo, "branch", "--list", "attempt-*").strip() == ""
+    assert git(repo, "branch", "--list", "attempt-*") == ""

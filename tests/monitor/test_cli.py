@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from metric_logs import write_scenario
 
 from rft.monitor import logs as metrics_log
 from rft.monitor.cli import main
 from rft.monitor.logs import ALIASES, JsonlTail, MetricsLog, feed_lines, read_metrics, read_spikes
+from tests.monitor.metric_logs import write_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from metric_logs import SCENARIOS, write_scenario
 
 from rft.monitor.diagnosis import FAIL, MISSING, PASS, STOP, WARN, Thresholds, diagnose, exit_code, trend
 from rft.monitor.logs import MetricsLog, read_metrics, read_spikes
+from tests.monitor.metric_logs import SCENARIOS, write_scenario
 
 # scenario -> (exit code, {check: status} that must appear; every other verdict must be PASS/INFO/MISSING)
 EXPECTED = {

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from patched_openrlhf import ROOT, run_apply, stub_env
+from tests.support.patched_openrlhf import ROOT, run_apply, stub_env
 
 PATCHES = ROOT / "patches"
 PATCHED_MODULES = [

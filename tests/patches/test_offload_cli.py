@@ -7,7 +7,6 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
 BASE = ["--pretrain", "m", "--prompt_data", "d", "--actor_num_gpus_per_node", "1", "--micro_rollout_batch_size", "1",
         "--advantage_estimator", "group_norm", "--n_samples_per_prompt", "2", "--remote_rm_url", "rft/reward/exact_match.py",
@@ -15,7 +14,7 @@ BASE = ["--pretrain", "m", "--prompt_data", "d", "--actor_num_gpus_per_node", "1
 
 
 @pytest.fixture(scope="module")
-def parse(patched_openrlhf):  # noqa: F811
+def parse(patched_openrlhf):
     """Run the CLI's `if __name__ == "__main__":` block on an argv; returns the args `train()` would get."""
     import openrlhf.cli.train_ppo_ray as cli
 

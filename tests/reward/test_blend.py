@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import json
 import logging
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from patched_openrlhf import stub_env
 
 from rft.reward.blend import EXTRA_LOG_KEYS_JUDGE, BlendConfig, JudgeConfigError, make_judge_reward_func
 from rft.reward.judge import Judge, JudgeConfig
-from tests.judge_server import JudgeServer
-from tests.reward.test_exact_match import _OPENRLHF_PATH_SCRIPT, HARMONY_PROMPT, QWEN_PROMPT, harmony
+from tests.reward.openrlhf_path import run_through_openrlhf
+from tests.reward.prompts import HARMONY_PROMPT, QWEN_PROMPT, harmony
+from tests.support.reward_files import load_reward_module
 
 ROOT = Path(__file__).resolve().parents[2]
 REWARD_FILE = ROOT / "reward_func_judge.py"
@@ -41,10 +37,15 @@ def judge_env(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def server(monkeypatch):
-    with JudgeServer(default_score=0.5) as s:
-        monkeypatch.setenv("RFT_JUDGE_BASE_URL", s.url)
-        yield s
+def judge_score() -> float:
+    return 0.5
+
+
+@pytest.fixture
+def judge_server(judge_server, monkeypatch):
+    """The shared judge server, with RFT_JUDGE_BASE_URL pointing the reward at it."""
+    monkeypatch.setenv("RFT_JUDGE_BASE_URL", judge_server.url)
+    return judge_server
 
 
 def reward_fn(mode: str = "correct_only", **env):
@@ -57,39 +58,39 @@ def rewards(fn, queries: list[str], label: str = "29") -> list[float]:
     return [round(float(x), 6) for x in out["rewards"]]
 
 
-def test_correct_only_asks_the_judge_only_about_correct_answers(server) -> None:
+def test_correct_only_asks_the_judge_only_about_correct_answers(judge_server) -> None:
     fn = reward_fn()
     assert rewards(fn, [RIGHT, WRONG, NONE]) == [0.8 + 0.2 * 0.5, 0.0, 0.0]
-    assert len(server.requests) == 1
-    server.scripts["m1"] = [{"score": 1.0}]
+    assert len(judge_server.requests) == 1
+    judge_server.scripts["m1"] = [{"score": 1.0}]
     assert rewards(fn, [RIGHT.replace("so", "hence")]) == [1.0]  # rises with quality
-    server.scripts["m1"] = [{"score": 0.0}]
+    judge_server.scripts["m1"] = [{"score": 0.0}]
     assert rewards(fn, [RIGHT.replace("so", "thus")]) == [0.8]  # and never falls to a wrong answer's
 
 
-def test_correct_only_gives_wrong_answers_exactly_the_em_reward(server) -> None:
+def test_correct_only_gives_wrong_answers_exactly_the_em_reward(judge_server) -> None:
     fn = reward_fn(RFT_REWARD_SCHEME="signed")
-    assert rewards(fn, [WRONG, NONE]) == [-1.0, -0.5] and not server.requests
+    assert rewards(fn, [WRONG, NONE]) == [-1.0, -0.5] and not judge_server.requests
     assert rewards(fn, [RIGHT]) == [0.9]
 
 
-def test_blend_scores_every_sample(server) -> None:
-    server.scripts["m1"] = [{"score": 0.5}, {"score": 0.25}, {"score": 1.0}]
+def test_blend_scores_every_sample(judge_server) -> None:
+    judge_server.scripts["m1"] = [{"score": 0.5}, {"score": 0.25}, {"score": 1.0}]
     assert rewards(reward_fn("blend"), [RIGHT, WRONG, NONE]) == [0.6 + 0.4 * 0.5, 0.4 * 0.25, 0.4]
-    assert len(server.requests) == 3
+    assert len(judge_server.requests) == 3
 
 
-def test_weights_are_configurable(server) -> None:
+def test_weights_are_configurable(judge_server) -> None:
     assert rewards(reward_fn("blend", RFT_JUDGE_WEIGHTS="0.5,0.5"), [RIGHT, WRONG]) == [0.75, 0.25]
 
 
-def test_all_models_failing_gives_the_running_mean_not_zero(server) -> None:
+def test_all_models_failing_gives_the_running_mean_not_zero(judge_server) -> None:
     fn = reward_fn()
     for i, score in enumerate((0.2, 0.6)):
-        server.scripts["m1"] = [{"score": score}]
+        judge_server.scripts["m1"] = [{"score": score}]
         fn([RIGHT.replace("29", f"29 ({i})", 1)], [QWEN_PROMPT], ["29"])
     for m in ("m1", "m2"):
-        server.scripts[m] = [{"status": 503}]
+        judge_server.scripts[m] = [{"status": 503}]
     out = fn([RIGHT.replace("so", "therefore")], [QWEN_PROMPT], ["29"])
     logs = {k: float(v[0]) for k, v in out["extra_logs"].items()}
     assert float(out["rewards"][0]) == pytest.approx(0.8 + 0.2 * 0.4)  # mean of 0.2 and 0.6
@@ -97,8 +98,8 @@ def test_all_models_failing_gives_the_running_mean_not_zero(server) -> None:
     assert logs["reasoning_quality"] == pytest.approx(0.4)
 
 
-def test_extra_logs_one_key_set_all_numeric(server) -> None:
-    server.scripts["m1"] = [{"status": 429}]
+def test_extra_logs_one_key_set_all_numeric(judge_server) -> None:
+    judge_server.scripts["m1"] = [{"status": 429}]
     out = reward_fn()([RIGHT, WRONG, NONE], [QWEN_PROMPT] * 3, ["29"] * 3)
     assert list(out["extra_logs"]) == list(EXTRA_LOG_KEYS_JUDGE)
     logs = {k: v.tolist() for k, v in out["extra_logs"].items()}
@@ -109,11 +110,11 @@ def test_extra_logs_one_key_set_all_numeric(server) -> None:
     assert (float(again["judge_cached"][0]), float(again["judge_cost_usd"][0])) == (1.0, 0.0)
 
 
-def test_the_judge_sees_the_problem_and_the_whole_harmony_response(server) -> None:
+def test_the_judge_sees_the_problem_and_the_whole_harmony_response(judge_server) -> None:
     fn = reward_fn()
     response = harmony("6*7 is 42, checking: 7*6 = 42.", "\\boxed{42}")
     fn([HARMONY_PROMPT + response], [HARMONY_PROMPT], ["42"])
-    prompt = server.requests[0].body["contents"][0]["parts"][0]["text"]
+    prompt = judge_server.requests[0].body["contents"][0]["parts"][0]["text"]
     assert "Problem:\nWhat is 6 times 7?" in prompt and "<|start|>" not in prompt
     assert "[analysis channel]\n6*7 is 42, checking: 7*6 = 42." in prompt and "[final channel]\n\\boxed{42}" in prompt
 
@@ -128,28 +129,20 @@ def test_bad_settings_name_the_variable(env, name) -> None:
         BlendConfig.from_env(env)
 
 
-def load_reward_module():
-    """Load reward_func_judge.py exactly as openrlhf/utils/agent.py (0.9.3) does."""
-    spec = importlib.util.spec_from_file_location("reward_func", str(REWARD_FILE))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_loading_in_blend_mode_warns(server, monkeypatch, caplog) -> None:
+def test_loading_in_blend_mode_warns(judge_server, monkeypatch, caplog) -> None:
     monkeypatch.setenv("RFT_JUDGE_MODE", "blend")
     with caplog.at_level(logging.WARNING, logger="rft.reward.blend"):
-        load_reward_module()
+        load_reward_module(REWARD_FILE)
     assert any("pleasing the judge" in r.getMessage() and "0.40" in r.getMessage() for r in caplog.records)
     caplog.clear()
     monkeypatch.setenv("RFT_JUDGE_MODE", "correct_only")
     with caplog.at_level(logging.WARNING, logger="rft.reward.blend"):
-        load_reward_module()
+        load_reward_module(REWARD_FILE)
     assert not caplog.records
 
 
-def test_threaded_calls_as_agent_py_makes_them(server) -> None:
-    module = load_reward_module()
+def test_threaded_calls_as_agent_py_makes_them(judge_server) -> None:
+    module = load_reward_module(REWARD_FILE)
 
     async def main():
         calls = [asyncio.to_thread(module.reward_func, [q], [QWEN_PROMPT], ["29"]) for q in [RIGHT, WRONG] * 16]
@@ -163,19 +156,12 @@ def test_threaded_calls_as_agent_py_makes_them(server) -> None:
 
 
 @pytest.mark.slow
-def test_real_openrlhf_executor_and_experience_maker(server) -> None:
+def test_real_openrlhf_executor_and_experience_maker(judge_server) -> None:
     """The real SingleTurnAgentExecutor loads reward_func_judge.py; the real experience maker keeps every key."""
     cases = [(QWEN_PROMPT, RIGHT[len(QWEN_PROMPT):], "29", "stop"), (QWEN_PROMPT, WRONG[len(QWEN_PROMPT):], "29", "stop")]
-    env = stub_env()
-    proc = subprocess.run(
-        [sys.executable, "-c", _OPENRLHF_PATH_SCRIPT, str(ROOT / "tests"), str(REWARD_FILE), json.dumps(cases)],
-        capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300,
-    )  # fmt: skip
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS ")]
-    assert line, proc.stdout[-2000:] + proc.stderr[-4000:]
-    results = json.loads(line[0][len("RESULTS ") :])
+    results = run_through_openrlhf(REWARD_FILE, cases)
     assert [r["reward"] for r in results] == [[pytest.approx(0.9)], [0.0]]
     assert [r["info"]["judge_asked"] for r in results] == [[1.0], [0.0]]
     for r in results:
         assert set(EXTRA_LOG_KEYS_JUDGE) <= set(r["info"])
-    assert len(server.requests) == 1
+    assert len(judge_server.requests) == 1

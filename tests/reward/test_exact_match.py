@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import logging
 import random
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from patched_openrlhf import stub_env
 
 from rft.reward.exact_match import (
     EXTRA_LOG_KEYS,
@@ -26,36 +24,12 @@ from rft.reward.exact_match import (
     reward_value,
     scheme_from_env,
 )
+from tests.reward.openrlhf_path import run_through_openrlhf
+from tests.reward.prompts import HARMONY_PROMPT, QWEN_PROMPT, harmony
+from tests.support.reward_files import load_reward_module
 
 ROOT = Path(__file__).resolve().parents[2]
 REWARD_FILE = ROOT / "reward_func_em.py"
-
-QWEN_PROMPT = (
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
-    "If 3 boxes hold 12 apples each, and 7 are eaten, how many remain? "
-    "Please reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n"
-)
-HARMONY_PROMPT = (
-    "<|start|>system<|message|>You are ChatGPT.\nCurrent date: 2025-01-01\nReasoning: medium<|end|>"
-    "<|start|>user<|message|>What is 6 times 7? Put your final answer in \\boxed{}. Example: \\boxed{99}<|end|>"
-    "<|start|>assistant"
-)
-
-
-def harmony(analysis: str, final: str | None, end: str = "<|return|>") -> str:
-    """A gpt-oss response: analysis message, then (optionally) the final message."""
-    text = f"<|channel|>analysis<|message|>{analysis}<|end|>"
-    if final is not None:
-        text += f"<|start|>assistant<|channel|>final<|message|>{final}{end}"
-    return text
-
-
-def load_reward_module(name: str = "reward_func"):
-    """Load reward_func_em.py exactly as openrlhf/utils/agent.py (0.9.3) does."""
-    spec = importlib.util.spec_from_file_location(name, str(REWARD_FILE))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -228,15 +202,15 @@ def test_scheme_from_env() -> None:
 
 def test_scheme_is_read_when_the_file_is_loaded(monkeypatch) -> None:
     monkeypatch.setenv("RFT_REWARD_SCHEME", "signed")
-    signed = load_reward_module()
+    signed = load_reward_module(REWARD_FILE)
     monkeypatch.setenv("RFT_REWARD_SCHEME", "binary")
-    binary = load_reward_module()
+    binary = load_reward_module(REWARD_FILE)
     args = ([QWEN_PROMPT + "no idea<|im_end|>"], [QWEN_PROMPT], ["29"])
     assert float(signed.reward_func(*args)["rewards"][0]) == -0.5
     assert float(binary.reward_func(*args)["rewards"][0]) == 0.0
     monkeypatch.setenv("RFT_REWARD_SCHEME", "bogus")
     with pytest.raises(ValueError, match="RFT_REWARD_SCHEME"):
-        load_reward_module()
+        load_reward_module(REWARD_FILE)
 
 
 QWEN_RESPONSE = "3 boxes of 12 is 36. 36 - 7 = 29.\n\nThe final answer is $\\boxed{29}$.<|im_end|>"
@@ -246,7 +220,7 @@ HARMONY_RESPONSE = harmony("6*7... is it \\boxed{41}? No: 42.", "6 \\times 7 = \
 
 def test_openrlhf_loading_and_threaded_calls() -> None:
     """Loaded by file path and called through asyncio.to_thread, as agent.py does."""
-    module = load_reward_module()
+    module = load_reward_module(REWARD_FILE)
 
     async def score(query: str, prompt: str, label: str) -> dict:
         return await asyncio.to_thread(module.reward_func, [query], [prompt], [label])
@@ -269,38 +243,6 @@ def test_openrlhf_loading_and_threaded_calls() -> None:
             assert isinstance(v, torch.Tensor) and v.dtype.is_floating_point and v.shape == (1,)
 
 
-_OPENRLHF_PATH_SCRIPT = r"""
-import asyncio, json, sys, types
-sys.path.insert(0, sys.argv[1])
-from tiny_model import build_tokenizer
-from openrlhf.utils.agent import SingleTurnAgentExecutor
-from openrlhf.trainer.ppo_utils.experience_maker import SamplesGenerator
-
-tok = build_tokenizer()
-cases = json.loads(sys.argv[3])
-
-class Engine:  # stand-in for a vLLM engine (no GPU): returns a fixed completion
-    def __init__(self, text, finish_reason):
-        self.text, self.finish_reason = text, finish_reason
-    async def generate(self, prompt_token_ids, sampling_params):
-        ids = tok(self.text, add_special_tokens=False)["input_ids"]
-        out = types.SimpleNamespace(token_ids=ids, text=self.text, finish_reason=self.finish_reason, logprobs=None)
-        return types.SimpleNamespace(outputs=[out])
-
-executor = SingleTurnAgentExecutor(remote_rm_url=sys.argv[2])
-sg = SamplesGenerator(strategy=types.SimpleNamespace(args=types.SimpleNamespace()), prompts_dataloader=None,
-                      eval_dataloader=None, tokenizer=tok, vllm_engines=[])
-results = []
-for prompt, response, label, finish in cases:
-    params = types.SimpleNamespace(max_tokens=512, logprobs=None)
-    out = asyncio.run(executor.execute(prompt, label, params, 4096, tok, Engine(response, finish)))
-    exp = sg._process_response_into_experience(out, prompt_max_len=1024, max_new_tokens=1024)
-    results.append({"reward": exp.rewards.tolist(), "score": exp.scores.tolist(),
-                    "info": {k: v.tolist() for k, v in exp.info.items()}})
-print("RESULTS " + json.dumps(results))
-"""
-
-
 @pytest.mark.slow
 def test_real_openrlhf_executor_and_experience_maker() -> None:
     """The real SingleTurnAgentExecutor loads our file and decodes prompt+response with a real tokenizer;
@@ -313,14 +255,7 @@ def test_real_openrlhf_executor_and_experience_maker() -> None:
         (HARMONY_PROMPT, HARMONY_RESPONSE, "42", "stop"),
         (HARMONY_PROMPT, harmony("it is \\boxed{42}", "I give up"), "42", "stop"),
     ]
-    env = stub_env()
-    proc = subprocess.run(
-        [sys.executable, "-c", _OPENRLHF_PATH_SCRIPT, str(ROOT / "tests"), str(REWARD_FILE), json.dumps(cases)],
-        capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300,
-    )
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS ")]
-    assert line, proc.stdout[-2000:] + proc.stderr[-4000:]
-    results = json.loads(line[0][len("RESULTS "):])
+    results = run_through_openrlhf(REWARD_FILE, cases)
     assert [r["reward"] for r in results] == [[1.0], [1.0], [0.0], [1.0], [0.0]]
     assert [r["info"]["parse_method"] for r in results] == [[2.0], [1.0], [0.0], [2.0], [0.0]]
     assert [r["info"]["truncated_response"] for r in results] == [[0.0], [0.0], [1.0], [0.0], [0.0]]

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,6 @@ import pytest
 from rft.spare.jobs import WRAPPER, JobError, JobRunner, gpu_summary, parse_nvidia_smi
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux binary not installed")
-
-
-def kill_tmux_server(socket_name: str) -> None:
-    """Kill the tmux server on `socket_name` (if up) and unlink its socket, like libtmux's own fixtures."""
-    subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
-    sock = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.geteuid()}" / socket_name
-    sock.unlink(missing_ok=True)
 
 
 # tmux 3.3a left a dead pane's pane_dead_status unset for good (pane_dead 1, 10 s later still empty) in about 1
@@ -34,14 +26,6 @@ def dead_pane(runner: JobRunner, name: str):
     session = runner.server.sessions.get(session_name=name, default=None)
     assert session is not None, f"the dead job's session {name!r} vanished: remain-on-exit was not on"
     return session.active_pane
-
-
-@pytest.fixture
-def tmux_socket():
-    """A unique tmux socket name; its server is killed at teardown."""
-    name = f"rft_test_{uuid.uuid4().hex[:10]}"
-    yield name
-    kill_tmux_server(name)
 
 
 @pytest.fixture

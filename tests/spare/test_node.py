@@ -9,13 +9,13 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-from sshd_fixture import missing_binaries, start_sshd
 
 from rft.spare.node import SpareError, load_config
+from tests.spare.sshd_fixture import missing_binaries, start_sshd
+from tests.support.git import git
 
 ROOT = Path(__file__).resolve().parents[2]
 # What a checkout needs for spare.py to run on both sides.
@@ -31,32 +31,8 @@ CLI_FILES = [
 ]
 # Stand-in for the patch series: the exit-code contract of `apply_patches.sh --check` (0 = applied).
 FAKE_APPLY_PATCHES = '#!/usr/bin/env bash\n[ "$1" = --check ] && [ -f .patched ]\n'
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@t",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@t",
-}
 MISSING = missing_binaries()
 needs_ssh = pytest.mark.skipif(bool(MISSING), reason=f"binaries not installed: {', '.join(MISSING)}")
-
-
-def git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **GIT_ENV},
-        check=True,
-    )
-    return proc.stdout.strip()
-
-
-def kill_tmux_server(socket_name: str) -> None:
-    subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
-    (Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.geteuid()}" / socket_name).unlink(
-        missing_ok=True
-    )
 
 
 @pytest.fixture(scope="module")
@@ -118,11 +94,9 @@ class Setup:
 
 
 @pytest.fixture
-def setup(tmp_path, sshd):
-    """Fresh primary + spare checkouts and a unique tmux socket (killed at teardown)."""
-    s = Setup(tmp_path, sshd, f"rft_test_{uuid.uuid4().hex[:10]}")
-    yield s
-    kill_tmux_server(s.socket)
+def setup(tmp_path, sshd, tmux_socket):
+    """Fresh primary + spare checkouts and a unique tmux socket (its server killed at teardown)."""
+    return Setup(tmp_path, sshd, tmux_socket)
 
 
 def verify_rows(s: Setup, *args: str) -> tuple[int, dict]:
@@ -365,7 +339,7 @@ def test_helpful_one_line_failures(setup, sshd, tmp_path):
 
 
 def _closed_port() -> int:
-    from sshd_fixture import free_port
+    from rft.cpu.local_ray import free_port
 
     return free_port()
 

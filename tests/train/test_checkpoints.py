@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cpu_trainer import init_gloo
-from lora_ckpt import (
+
+from rft.train.checkpoints import remove_full_weight_shards
+from tests.support.lora_ckpt import (
     ckpt_bytes,
     cpu_barrier,
     lora_state,
@@ -14,19 +15,10 @@ from lora_ckpt import (
     strategy_and_engine,
     train_one_step,
 )
-from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
-
-from rft.train.checkpoints import remove_full_weight_shards
-
-
-@pytest.fixture(scope="module")
-def dist_world():
-    init_gloo()
-    yield
 
 
 @pytest.fixture
-def cpu_barrier_in_openrlhf(patched_openrlhf, monkeypatch):  # noqa: F811
+def cpu_barrier_in_openrlhf(patched_openrlhf, monkeypatch):
     import openrlhf.utils.deepspeed.deepspeed as dsmod
 
     monkeypatch.setattr(dsmod, "torch_dist_barrier_and_cuda_sync", cpu_barrier)

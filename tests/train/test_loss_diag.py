@@ -6,13 +6,12 @@ import math
 
 import pytest
 import torch
-from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
 from rft.train.loss_diag import LOGRATIO_CLAMP, StepDiagnostics, ratio_diagnostics
 
 
 @pytest.fixture
-def policy_loss(patched_openrlhf):  # noqa: F811
+def policy_loss(patched_openrlhf):
     from openrlhf.models.loss import PolicyLoss
 
     return PolicyLoss

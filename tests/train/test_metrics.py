@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
 from rft.io import read_jsonl
 from rft.train import metrics
@@ -30,7 +29,7 @@ def base_trainer(**args):
     return tr
 
 
-def test_save_logs_writes_one_numeric_line_per_step(patched_openrlhf, log_dirs):  # noqa: F811
+def test_save_logs_writes_one_numeric_line_per_step(patched_openrlhf, log_dirs):
     tr = base_trainer()
     for step in (1, 2):
         status = {
@@ -51,7 +50,7 @@ def test_save_logs_writes_one_numeric_line_per_step(patched_openrlhf, log_dirs):
     assert set(rows[0]) <= set(metrics.KNOWN_KEYS)
 
 
-def test_metrics_off_without_env(patched_openrlhf, tmp_path, monkeypatch):  # noqa: F811
+def test_metrics_off_without_env(patched_openrlhf, tmp_path, monkeypatch):
     monkeypatch.delenv("METRICS_LOG_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
     base_trainer().save_logs_and_checkpoints(1, {"reward": 1.0}, {})
@@ -68,7 +67,7 @@ class Tok:
         return [self.decode(r.tolist(), skip_special_tokens) for r in rows]
 
 
-def test_samples_every_n_steps(patched_openrlhf, log_dirs, monkeypatch):  # noqa: F811
+def test_samples_every_n_steps(patched_openrlhf, log_dirs, monkeypatch):
     from openrlhf.trainer.ppo_utils.experience_maker import Experience
 
     monkeypatch.setenv("SAMPLES_LOG_EVERY", "2")
@@ -105,7 +104,7 @@ def test_prompt_hashes_and_spike_log(log_dirs):
     assert row["grad_norm"] == 80.0 and row["prompt_hashes"] == h
 
 
-def test_eval_generates_and_labels_eval_n(patched_openrlhf, log_dirs, monkeypatch):  # noqa: F811
+def test_eval_generates_and_labels_eval_n(patched_openrlhf, log_dirs, monkeypatch):
     """OpenRLHF#966: 0.9.3 generated the *training* n per eval prompt but reshaped by the eval n."""
     from openrlhf.trainer.ppo_trainer import PPOTrainer
     from openrlhf.trainer.ppo_utils import experience_maker as em
@@ -214,7 +213,7 @@ def check_loop_logs(log_dirs, group, steps=3):
     assert len(samples) == 4 and {s["prompt"] for s in samples} == {"q0", "q1"} and samples[0]["correctness"] == 1.0
 
 
-def test_sync_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypatch):  # noqa: F811
+def test_sync_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypatch):
     from openrlhf.trainer.ppo_trainer import PPOTrainer
 
     monkeypatch.setenv("SAMPLES_LOG_EVERY", "2")
@@ -228,7 +227,7 @@ def test_sync_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypatc
     check_loop_logs(log_dirs, group)
 
 
-def test_async_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypatch):  # noqa: F811
+def test_async_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypatch):
     import queue
 
     from openrlhf.trainer.ppo_trainer_async import TrainingActor

@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
 from rft.train.numbers import finite, scalar
 from rft.train.robust_rewards import (
@@ -20,7 +19,7 @@ from rft.train.robust_rewards import (
 
 
 @pytest.fixture
-def em(patched_openrlhf):  # noqa: F811
+def em(patched_openrlhf):
     from openrlhf.trainer.ppo_utils import experience_maker
 
     return experience_maker
@@ -167,7 +166,7 @@ def test_batch_reward_stats_of_orders_groups_and_adds_judge_stats():
     assert "judge_fail_rate" not in batch_reward_stats_of(no_judge, 1)
 
 
-def test_non_finite_vllm_log_probs_are_repaired_before_they_poison_the_loss(patched_openrlhf):  # noqa: F811
+def test_non_finite_vllm_log_probs_are_repaired_before_they_poison_the_loss(patched_openrlhf):
     """One -inf (or NaN) vLLM log-prob makes the real patched PolicyLoss NaN; repaired, the loss is finite."""
     from openrlhf.models.loss import PolicyLoss
 

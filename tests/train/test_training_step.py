@@ -1,7 +1,7 @@
 """The patched `ActorPPOTrainer.training_step` / `ppo_train` on two real gloo ranks (CPU): grad norm, ratio maxima,
 spike log.
 
-tests/ppo_step_worker.py runs the real patched trainer (real argparse, real DeepSpeed ZeRO-3 engine, tiny LoRA
+tests/train/ppo_step_worker.py runs the real patched trainer (real argparse, real DeepSpeed ZeRO-3 engine, tiny LoRA
 Llama) on 2 ranks x 4 micro-batches with gradient accumulation 2, twice: global step 1 with small advantages,
 global step 2 with huge ones. Its spies only observe; the assertions here compare the trainer's status and
 spike log with what DeepSpeed and the loss really produced.
@@ -18,18 +18,17 @@ import sys
 
 import numpy as np
 import pytest
-from cpu_trainer import free_port
-from patched_openrlhf import (
+
+from rft.cpu.local_ray import free_port
+from rft.train.loss_diag import MAX_REDUCED_KEYS
+from rft.train.metrics import SPIKE_GRAD_NORM
+from tests.support.patched_openrlhf import (
     ROOT,
-    patched_openrlhf,  # noqa: F401  (fixture)
     stub_env,
 )
 
-from rft.train.loss_diag import MAX_REDUCED_KEYS
-from rft.train.metrics import SPIKE_GRAD_NORM
-
 WORLD = 2
-WORKER = ROOT / "tests" / "ppo_step_worker.py"
+WORKER = ROOT / "tests" / "train" / "ppo_step_worker.py"
 
 
 def prompt_hash(ids: list[int]) -> str:
@@ -38,12 +37,12 @@ def prompt_hash(ids: list[int]) -> str:
 
 
 @pytest.fixture(scope="module")
-def run(patched_openrlhf, tmp_path_factory):  # noqa: F811
+def run(patched_openrlhf, tmp_path_factory):
     """Both ranks' logs and the spike log lines of one 2-rank run."""
     out = tmp_path_factory.mktemp("ppo_step")
     spike = out / "spike_log.jsonl"
     env = stub_env(patched_openrlhf)
-    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(ROOT / "tests"), str(ROOT)])
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(ROOT)])
     env.update(RFT_OPENRLHF_DIR=str(patched_openrlhf), SPIKE_LOG_PATH=str(spike), OMP_NUM_THREADS="1")
     port = free_port()
     procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(WORLD), str(port), str(out / f"r{r}.json")],

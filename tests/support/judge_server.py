@@ -6,7 +6,7 @@ actions (a list consumed in order, the last one repeating); by default it plays 
 It records every request (model, body, start/end times) and the peak number of requests in flight.
 
 Actions: {"score": x} | {"text": raw reply text} | {"status": code} | {"sleep": s, ...then another action}.
-Run as a script (`python tests/judge_server.py --latency 1`) it serves until killed and prints its URL.
+Run as a script (`python tests/support/judge_server.py --latency 1`) it serves until killed and prints its URL.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Make `import openrlhf` give the real OpenRLHF 0.9.3 with our patch series applied, on CPU.
 
-Tests import `patched_openrlhf` (a session fixture): it applies `patches/series` with apply_patches.sh to a
-fresh copy of the pristine wheel and puts that copy first on sys.path, together with the import-only stand-ins
-(`stub_paths()`: flash_attn always; vllm only where the real vLLM is not installed, so the vLLM suite always
-imports the real engine). If another test already imported openrlhf, it checks that copy is patched.
+`install_patched` (behind the session fixture `patched_openrlhf` in tests/conftest.py) applies `patches/series`
+with apply_patches.sh to a fresh copy of the pristine wheel and puts that copy first on sys.path, together with the
+import-only stand-ins (`stub_paths()`: flash_attn always; vllm only where the real vLLM is not installed, so the
+vLLM suite always imports the real engine). If another test already imported openrlhf, it checks that copy is
+patched.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STUBS = ROOT / "tests" / "stubs"
 KERNEL_STUBS = ROOT / "rft" / "cpu" / "site"  # flash_attn (CUDA only), shared with the CPU launch profile
 ENGINE_STUBS = STUBS / "engine"  # vllm, for the main suite
@@ -57,8 +58,7 @@ def stub_env(extra_path: Path | None = None) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="session")
-def patched_openrlhf(pristine_openrlhf_root, tmp_path_factory) -> Path:
+def install_patched(pristine_root: Path, tmp_path_factory) -> Path:
     """Directory whose `openrlhf/` is the patched 0.9.3 that `import openrlhf` now resolves to."""
     for stub in reversed(stub_paths()):
         if str(stub) not in sys.path:
@@ -70,7 +70,7 @@ def patched_openrlhf(pristine_openrlhf_root, tmp_path_factory) -> Path:
             pytest.fail(f"openrlhf already imported from {site} and it is not patched:\n{res.stdout}{res.stderr}")
         return site
     site = tmp_path_factory.mktemp("openrlhf-patched")
-    shutil.copytree(pristine_openrlhf_root / "openrlhf", site / "openrlhf")
+    shutil.copytree(pristine_root / "openrlhf", site / "openrlhf")
     res = run_apply(target=site)
     if res.returncode != 0:
         pytest.fail(f"apply_patches.sh failed:\n{res.stdout}{res.stderr}")

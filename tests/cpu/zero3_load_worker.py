@@ -1,6 +1,6 @@
-"""One gloo rank of repeated ZeRO-3 `from_pretrained` loads (launched by tests/train/test_cpu_standins.py).
+"""One gloo rank of repeated ZeRO-3 `from_pretrained` loads (launched by tests/cpu/test_standins.py).
 
-usage: python tests/zero3_load_worker.py RANK WORLD_SIZE PORT LOADS MODEL_DIR in-order|deepspeed
+usage: python tests/cpu/zero3_load_worker.py RANK WORLD_SIZE PORT LOADS MODEL_DIR in-order|deepspeed
 After each load every parameter's local partition is compared with the checkpoint on disk; prints one JSON line:
 {"rank": R, "loads": N, "bad_loads": B, "first": [[name, differing, non_finite], ...]}.
 `deepspeed` leaves DeepSpeed's coalesced all-gather as it is, to see the race on gloo (it is not in any test).

@@ -1,6 +1,6 @@
 """One gloo rank of a CPU run of the patched `ActorPPOTrainer.ppo_train` (launched by tests/train/test_training_step.py).
 
-usage: python tests/ppo_step_worker.py RANK WORLD_SIZE PORT OUT_JSON   (PYTHONPATH: patched openrlhf, stubs, tests)
+usage: python tests/train/ppo_step_worker.py RANK WORLD_SIZE PORT OUT_JSON   (PYTHONPATH: patched openrlhf, stubs, repo)
 Two `ppo_train` calls on a tiny LoRA Llama in a real ZeRO-3 engine: global step 1 with small advantages, global
 step 2 with huge ones (grad-norm spike). Spies record, around the real code, each micro-batch's ratio statistics
 and prompt ids, each accumulation boundary's `get_global_grad_norm()`, and a plain-torch reference grad norm of
@@ -15,9 +15,9 @@ import os
 import sys
 
 import torch
-from cpu_trainer import TARGETS, build_trainer, init_gloo, tiny_lora_model, trainer_args
 
 from rft.cpu.standins import install as install_cuda_standins
+from tests.support.cpu_trainer import TARGETS, build_trainer, init_gloo, tiny_lora_model, trainer_args
 
 PROMPT_LEN, RESPONSE_LEN, VOCAB = 6, 5, 96
 MICRO_PER_RANK, GA = 4, 2  # train_batch_size 4 = micro 1 x world 2 x GA 2 -> 2 optimizer steps per call
