@@ -183,8 +183,3 @@ def format_command(prefix: list[str], argv: list[str]) -> str:
     """Shell-quoted command, one flag (with its values) per line, joined by backslash continuations."""
     lines = [shlex.join(prefix)] + ["    " + shlex.join(g) for g in group_flags(argv)]
     return " \\\n".join(lines)
-
-
-def parse_command_text(text: str) -> list[str]:
-    """Inverse of format_command: the full token list of a printed command."""
-    return shlex.split(text.replace("\\\n", " "))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,51 +15,17 @@ from pathlib import Path
 import pytest
 
 from rft.io import atomic_write_jsonl, sha256_file
-from rft.launch import cli, record, rules
-from rft.launch.openrlhf_cli import FlagError, parse_args, parse_command_text, resolve_overrides
-from rft.prompts import build_input
+from rft.launch import cli, rules
+from rft.launch.openrlhf_cli import FlagError, parse_args, resolve_overrides
+from tests.launch.rows import rows
 from tests.support.git import git
 from tests.support.judge_server import JudgeServer
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
 SCRIPTS = ["train_grpo_20b.sh", "train_grpo_120b.sh", "train_grpo_20b_a27.sh", "train_grpo_20b_a28a.sh",
            "train_grpo_20b_a28b.sh", "train_grpo_small.sh", "train_sft.sh"]
-
-
-@pytest.fixture(scope="session")
-def patched_root(pristine_openrlhf_root, tmp_path_factory) -> Path:
-    """A copy of the pristine 0.9.3 package with our whole patch series applied by apply_patches.sh."""
-    dest = tmp_path_factory.mktemp("openrlhf-patched")
-    shutil.copytree(pristine_openrlhf_root / "openrlhf", dest / "openrlhf")
-    res = subprocess.run(["bash", str(ROOT / "apply_patches.sh"), "--target", str(dest)],
-                         capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
-    return dest
-
-
-def rows(prefix: str, n: int, *, output: bool = False) -> list[dict]:
-    out = []
-    for i in range(n):
-        row = {"input": build_input(f"{prefix} problem number {i}: compute {i} + {i}."), "label": str(2 * i)}
-        if output:
-            row["output"] = f"{i} + {i} = \\boxed{{{2 * i}}}"
-        out.append(row)
-    return out
-
-
-@pytest.fixture(scope="session")
-def data_dir(tmp_path_factory) -> Path:
-    """Tiny data files with the names the scripts expect; train and eval disjoint."""
-    d = tmp_path_factory.mktemp("data")
-    # 16 prompts: long enough for every recipe's LR preflight at its episode count (see test_full_pool_...).
-    atomic_write_jsonl(d / "sft_rl_pool.jsonl", rows("pool", 16))
-    atomic_write_jsonl(d / "sft_rl_pool_400.jsonl", rows("pool", 400))
-    atomic_write_jsonl(d / "probe_set_200_ood.jsonl", [{**r, "datasource": "probe_ood"} for r in rows("ood", 10)])
-    atomic_write_jsonl(d / "gsm8k_rl_pool.jsonl", rows("gsm", 300))
-    atomic_write_jsonl(d / "gsm8k_eval.jsonl", rows("gsmeval", 10))
-    atomic_write_jsonl(d / "sft_train.jsonl", rows("sft", 20, output=True))
-    atomic_write_jsonl(d / "sft_dev.jsonl", rows("dev", 5, output=True))
-    return d
 
 
 def script_env(patched_root: Path, data_dir: Path, tmp_path: Path, **extra: str) -> dict:
@@ -103,6 +70,11 @@ def test_every_script_follows_the_house_rules():
                 in_array = not ln.rstrip().endswith(")")
         last = [ln for ln in code if ln.strip()][-1]
         assert last.rstrip().endswith(('"$@"', '"${PASS[@]}"')), (name, last)
+
+
+def parse_command_text(text: str) -> list[str]:
+    """The full token list of a command printed by `format_command` (one flag per line, backslash continuations)."""
+    return shlex.split(text.replace("\\\n", " "))
 
 
 def run_script(name: str, env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -216,19 +188,6 @@ def test_gpt_oss_attention_rule(extra, needle, patched_root, data_dir, tmp_path)
     assert res.returncode == 1 and needle in res.stderr, res.stderr
 
 
-def test_attention_rule_unit(tmp_path):
-    grpo = ["--remote_rm_url", "r.py", "--advantage_estimator", "dr_grpo", "--vllm_num_engines", "1"]
-    ns = parse_args(["--pretrain", "Qwen/Qwen2.5-0.5B", "--packing_samples", *grpo]).args
-    assert rules.attention_rule(ns, []) == ([], [])
-    local = tmp_path / "my-model"
-    local.mkdir()
-    (local / "config.json").write_text(json.dumps({"model_type": "gpt_oss"}))
-    assert rules.is_gpt_oss(str(local)) and not rules.is_gpt_oss("Qwen/Qwen2.5-0.5B")
-    default = parse_args(["--pretrain", str(local), *grpo]).args
-    errs, _ = rules.attention_rule(default, [])
-    assert errs and "(OpenRLHF's default)" in errs[0]
-
-
 def test_data_problems_are_refused(patched_root, data_dir, tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -313,18 +272,6 @@ def test_gpt_oss_scripts_resume_by_default(name, patched_root, data_dir, tmp_pat
     assert parsed_command(off.stdout, patched_root, monkeypatch)[1].disable_ds_ckpt
 
 
-def test_gpus_needed_counts_the_reference_model(patched_root, monkeypatch):
-    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
-    base = ["--pretrain", "m", "--remote_rm_url", "r.py", "--advantage_estimator", "dr_grpo",
-            "--vllm_num_engines", "2", "--vllm_tensor_parallel_size", "2", "--actor_num_gpus_per_node", "4",
-            "--ref_num_gpus_per_node", "4", "--init_kl_coef", "0.001"]
-    assert rules.gpus_needed(parse_args(base + ["--colocate_actor_ref"]).args) == 8
-    assert rules.gpus_needed(parse_args(base).args) == 12
-    assert rules.gpus_needed(parse_args(base + ["--init_kl_coef", "0"]).args) == 8
-    wrong = parse_args(base + ["--colocate_actor_ref", "--ref_num_gpus_per_node", "8"]).args
-    assert "needs --ref_num_nodes and --ref_num_gpus_per_node equal" in rules.placement_rules(wrong)[0]
-
-
 def test_resolve_overrides_expands_abbreviations():
     argv = ["--eps_clip", "0.2", "--target_modules", "q", "k", "--eps_clip=0.1", "--num_ep", "3", "--num_episodes", "4"]
     assert resolve_overrides(argv) == ["--eps_clip", "0.1", "--target_modules", "q", "k", "--num_episodes", "4"]
@@ -337,43 +284,8 @@ def test_parser_errors_are_flag_errors():
         parse_args(["--pretrain", "m", "--remote_rm_url", "r", "--advantage_estimator", "group_norm"])
 
 
-# ------------------------------------------------------------------ git workflow on a temporary repository
-
-
-@pytest.fixture
-def repo(tmp_path) -> Path:
-    r = tmp_path / "repo"
-    r.mkdir()
-    git(r, "init", "-q", "-b", "main")
-    git(r, "config", "user.email", "t@example.com")
-    git(r, "config", "user.name", "t")
-    (r / "train.sh").write_text("echo hi\n")
-    git(r, "add", ".")
-    git(r, "commit", "-q", "-m", "init")
-    git(r, "checkout", "-q", "-b", "attempt-07-tight-clip")
-    return r
-
-
-def test_git_state_and_tag(repo, monkeypatch):
-    state = record.git_state(repo, None)
-    assert (state.attempt, state.tag, state.problem) == (7, "attempt-07-start", None)
-    assert record.tag_attempt(repo, state) is True
-    assert git(repo, "rev-list", "-n", "1", "attempt-07-start") == state.sha
-    assert record.tag_attempt(repo, record.git_state(repo, None)) is False  # relaunch at the same commit
-    (repo / "train.sh").write_text("echo changed\n")
-    dirty = record.git_state(repo, None)
-    assert "working tree is dirty" in dirty.problem and "train.sh" in dirty.problem
-    with pytest.raises(record.GitError, match="dirty"):
-        record.tag_attempt(repo, dirty)
-    git(repo, "commit", "-q", "-am", "change")
-    moved = record.git_state(repo, None)
-    assert "already marks" in moved.problem  # the tag belongs to the earlier configuration
-    assert record.git_state(repo, "12").tag == "attempt-12-start"
-    git(repo, "checkout", "-q", "-b", "experiment")
-    assert "not named attempt-NN-desc" in record.git_state(repo, None).problem
-
-
 NODE_DISK_FREE_GIB = 3000.0
+
 
 FAKE_SMI = """#!/usr/bin/env bash
 # stand-in for the 8xH100 node's nvidia-smi (the only hardware piece this test lacks)
@@ -436,20 +348,6 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     assert parse_command_text(out.out.strip())[3:] == flags
 
 
-def test_check_disk_reads_the_real_filesystem(tmp_path):
-    """Blocks below the profile's need, names the path and its nearest existing parent; notes it otherwise."""
-    free = shutil.disk_usage(tmp_path).free / rules.GIB
-    assert rules.free_gib(tmp_path) == pytest.approx(free, rel=0.01)
-    target = str(tmp_path / "not" / "yet" / "ckpt")
-    short = rules.Report()
-    rules.check_disk([target], free * 2 + 1, short)
-    (msg,) = short.blocking
-    assert msg.startswith(f"disk: {target} ({tmp_path}) has ") and "needs >= " in msg and not short.notes
-    enough = rules.Report()
-    rules.check_disk([target, str(tmp_path)], 0, enough)
-    assert not enough.blocking and len(enough.notes) == 2
-
-
 def test_real_launch_without_gpus_says_so(patched_root, data_dir, tmp_path):
     env = script_env(patched_root, data_dir, tmp_path)
     env["PATH"] = ":".join(p for p in env["PATH"].split(":") if not (Path(p) / "nvidia-smi").exists())
@@ -458,24 +356,6 @@ def test_real_launch_without_gpus_says_so(patched_root, data_dir, tmp_path):
     assert res.returncode == 1
     assert "nvidia-smi found none on this machine" in res.stderr and "launch refused" in res.stderr
     assert git(ROOT, "tag", "--list") == tags_before
-
-
-def test_chat_date_is_local_and_warns_near_midnight():
-    assert record.chat_date(datetime.datetime(2025, 8, 5, 14, 0)) == ("2025-08-05", None)
-    date, warning = record.chat_date(datetime.datetime(2025, 8, 5, 23, 45))
-    assert date == "2025-08-05" and "next day's date" in warning
-
-
-def test_unpatched_openrlhf_blocks_the_launch(pristine_openrlhf_root, monkeypatch):
-    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(pristine_openrlhf_root))
-    flags = ["--pretrain", "Qwen/Qwen2.5-0.5B", "--remote_rm_url", "r.py", "--advantage_estimator", "dr_grpo",
-             "--actor_num_gpus_per_node", "1", "--vllm_num_engines", "1", "--save_path", "/tmp/x"]
-    rep, facts = rules.run_checks(rules.PROFILES["small"], flags, lr_pool=400)
-    assert facts["patches"]["applied"] is False
-    assert any(b.startswith("patches: not all applied") for b in rep.blocking), rep.blocking
-    # Our own flags do not exist in the pristine parser: the flag check names the one it rejects.
-    rep, _ = rules.run_checks(rules.PROFILES["small"], [*flags, "--offload"], lr_pool=400)
-    assert any("unrecognized arguments: --offload" in e for e in rep.errors), rep.errors
 
 
 def test_data_that_is_not_jsonl_is_named(patched_root, data_dir, tmp_path):
@@ -525,18 +405,3 @@ def test_reward_switch_and_judge_dry_run(patched_root, data_dir, tmp_path, monke
     assert run_script("train_grpo_20b.sh", {**base, "REWARD": "gemini"}, "--dry-run").returncode != 0
     res = run_script("train_grpo_20b.sh", {**base, "REWARD": "em"}, "--dry-run")
     assert "judge:" not in res.stderr and "reward_func_em.py" in res.stdout
-
-
-def test_a_few_rows_without_a_label_are_carried_and_counted(tmp_path):
-    """Up to 1% of rows may lack the label (scored 0 and counted in the run); more is refused, naming a row."""
-    path = tmp_path / "pool.jsonl"
-    rows = [{"input": f"problem {i}", "label": str(i)} for i in range(200)]
-    del rows[10]["label"]
-    atomic_write_jsonl(path, rows)
-    seen, unlabelled = rules.scan_jsonl(str(path), ["input", "label"], "label")
-    assert len(seen) == 200 and unlabelled == [f"{path}:11"]
-    for i in (20, 30):
-        del rows[i]["label"]
-    atomic_write_jsonl(path, rows)
-    with pytest.raises(ValueError, match=r"pool.jsonl:11: missing or empty key 'label'.*3 of 200 rows"):
-        rules.scan_jsonl(str(path), ["input", "label"], "label")

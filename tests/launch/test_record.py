@@ -1,0 +1,38 @@
+"""rft/launch/record.py: git state, the attempt tag, the chat date."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import pytest
+
+from rft.launch import record
+from tests.support.git import git
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_git_state_and_tag(repo, monkeypatch):
+    state = record.git_state(repo, None)
+    assert (state.attempt, state.tag, state.problem) == (7, "attempt-07-start", None)
+    assert record.tag_attempt(repo, state) is True
+    assert git(repo, "rev-list", "-n", "1", "attempt-07-start") == state.sha
+    assert record.tag_attempt(repo, record.git_state(repo, None)) is False  # relaunch at the same commit
+    (repo / "train.sh").write_text("echo changed\n")
+    dirty = record.git_state(repo, None)
+    assert "working tree is dirty" in dirty.problem and "train.sh" in dirty.problem
+    with pytest.raises(record.GitError, match="dirty"):
+        record.tag_attempt(repo, dirty)
+    git(repo, "commit", "-q", "-am", "change")
+    moved = record.git_state(repo, None)
+    assert "already marks" in moved.problem  # the tag belongs to the earlier configuration
+    assert record.git_state(repo, "12").tag == "attempt-12-start"
+    git(repo, "checkout", "-q", "-b", "experiment")
+    assert "not named attempt-NN-desc" in record.git_state(repo, None).problem
+
+
+def test_chat_date_is_local_and_warns_near_midnight():
+    assert record.chat_date(datetime.datetime(2025, 8, 5, 14, 0)) == ("2025-08-05", None)
+    date, warning = record.chat_date(datetime.datetime(2025, 8, 5, 23, 45))
+    assert date == "2025-08-05" and "next day's date" in warning
