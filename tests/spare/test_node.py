@@ -23,6 +23,7 @@ CLI_FILES = [
     "spare.py",
     "rft/__init__.py",
     "rft/io.py",
+    "rft/provenance.py",
     "rft/spare/__init__.py",
     "rft/spare/node.py",
     "rft/spare/jobs.py",
