@@ -476,3 +476,63 @@ def test_truncated_box_is_not_overridden_by_a_correction() -> None:
     """Without fallbacks (a truncated response) the box stands: the correction may itself be cut off."""
     got = extract_answer("\\boxed{12}. Wait, that is wrong: the answer is 1", fallbacks=False)
     assert (got.answer, got.method) == ("12", "boxed")
+
+
+# Tuples, intervals and sets whose elements only math-verify can decide (`\sin x` vs `\sin(x)`): the fast path
+# must answer "undecided" for such an element, never "equal", and the bracket kind must still decide.
+SEQUENCE_MUST_MATCH = [
+    ("(\\sin x, 2)", "(\\sin(x), 2)"),
+    ("[\\sin x, 2)", "[\\sin(x), 2)"),
+    ("(2, \\sin x)", "(2, \\sin(x))"),
+    ("\\{\\sin x, 2\\}", "\\{2, \\sin(x)\\}"),
+    ("\\{\\sin x, \\cos x\\}", "\\{\\cos(x), \\sin(x)\\}"),
+    ("\\sin x, 2", "2, \\sin(x)"),
+    ("(x+1, 2)", "(1+x, 2)"),
+]
+SEQUENCE_MUST_NOT_MATCH = [
+    ("(\\sin x, 2)", "(\\cos x, 2)"),
+    ("(2, \\sin x)", "(2, \\cos x)"),
+    ("[\\sin x, 2)", "[\\cos x, 2)"),
+    ("(\\sin x, \\cos x)", "(\\cos x, \\sin x)"),  # a tuple is ordered
+    ("\\{\\sin x, 2\\}", "\\{2, \\cos x\\}"),
+    ("\\sin x, 2", "2, \\cos x"),
+    ("(\\sin x, 2)", "(\\sin x, 3)"),
+    ("[\\sin x, 2)", "(\\sin(x), 2)"),  # closed vs open end
+    # a set or a bare list is not a tuple, in either direction, even with the same elements in order
+    ("\\{2, 1\\}", "(1, 2)"),
+    ("\\{1, 2\\}", "(1, 2)"),
+    ("(1, 2)", "\\{2, 1\\}"),
+    ("2, 1", "(1, 2)"),
+    ("1, 2", "(1, 2)"),
+    ("(2, 1)", "1, 2"),
+    ("\\{1, 2\\}", "[1, 2]"),
+    ("\\{\\sin x, 2\\}", "(2, \\sin x)"),
+    ("\\{2, \\sin x\\}", "(2, \\sin x)"),
+]
+
+
+@pytest.mark.parametrize(("pred", "gold"), SEQUENCE_MUST_MATCH)
+def test_sequences_with_symbolic_elements_match(pred: str, gold: str) -> None:
+    assert answers_equal(pred, gold) and answers_equal(gold, pred)
+
+
+@pytest.mark.parametrize(("pred", "gold"), SEQUENCE_MUST_NOT_MATCH)
+def test_sequences_with_symbolic_elements_must_not_match(pred: str, gold: str) -> None:
+    assert not answers_equal(pred, gold) and not answers_equal(gold, pred)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "verdict"),
+    [
+        ("(\\sin x,2)", "(\\cos x,2)", None),  # one element undecided: the whole tuple is undecided
+        ("(2,\\sin x)", "(2,\\cos x)", None),
+        ("\\{\\sin x,2\\}", "\\{2,\\cos x\\}", None),
+        ("(\\sin x,2)", "(\\cos x,3)", False),  # one element decided unequal: unequal
+        ("\\{1,2\\}", "(1,2)", False),
+        ("1,2", "(1,2)", False),
+        ("\\{1,2\\}", "2,1", True),  # a set and a bare list are both unordered
+        ("(1,2)", "(1,2,3)", False),
+    ],
+)
+def test_compare_fast_on_sequences_never_guesses(pred: str, gold: str, verdict) -> None:
+    assert compare_fast(pred, gold) is verdict and compare_fast(gold, pred) is verdict
