@@ -70,7 +70,7 @@ def test_maj_correct_scores_the_winning_answer():
     assert maj_correct(answers, [True, True, False, False, True])
     assert not maj_correct(answers, [False, False, True, False, False])  # the right answer lost the vote
     assert not maj_correct([None, None], [False, False])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="maj_correct needs one correctness flag per answer"):
         maj_correct(["1"], [True, False])
 
 
@@ -98,7 +98,7 @@ def test_paired_bootstrap_ci():
     assert paired_bootstrap_ci(a, a) == (0.0, 0.0)
     lo, hi = paired_bootstrap_ci([1.0] * 6, [0.0] * 6)
     assert lo == hi == 1.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="paired bootstrap needs the same problems on both sides"):
         paired_bootstrap_ci([1.0], [1.0, 0.0])
 
 
@@ -136,8 +136,25 @@ def test_bootstrap_ci_width_matches_the_normal_interval():
 
 def test_paired_bootstrap_ci_is_the_interval_of_the_differences():
     rng = np.random.default_rng(11)
-    a, b = rng.integers(0, 2, size=30).astype(float), rng.integers(0, 2, size=30).astype(float)
+    a, b = rng.random(30), rng.random(30)  # continuous: every resample has its own mean, so seeds show
     for level in (0.95, 0.8):
         got = paired_bootstrap_ci(a, b, n_boot=3000, seed=4, level=level)
         assert got == bootstrap_ci(a - b, n_boot=3000, seed=4, level=level)
     assert paired_bootstrap_ci(a, b, level=0.8) != paired_bootstrap_ci(a, b)
+
+
+def test_bootstrap_ci_is_seeded_and_the_seed_matters():
+    values = np.random.default_rng(2).random(25)  # continuous per-problem values: no ties between resamples
+    assert bootstrap_ci(values, seed=9) == bootstrap_ci(values, seed=9)
+    assert bootstrap_ci(values, seed=9) != bootstrap_ci(values, seed=10)
+    assert paired_bootstrap_ci(values, values[::-1], seed=9) == paired_bootstrap_ci(values, values[::-1], seed=9)
+
+
+def test_bootstrap_ci_of_one_problem_is_that_value():
+    assert bootstrap_ci([0.75]) == (0.75, 0.75)
+    assert paired_bootstrap_ci([1.0], [0.25]) == (0.75, 0.75)
+
+
+def test_mean_at_n_needs_a_sample():
+    with pytest.raises(ValueError, match="mean_at_n needs at least one sample"):
+        mean_at_n([])
