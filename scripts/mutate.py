@@ -37,11 +37,14 @@ class Scope:
 
     sources: tuple[str, ...]
     tests: tuple[str, ...]
+    deselect: tuple[str, ...] = ()  # tests that cannot run on mutmut's copy
 
 
 SCOPES: dict[str, Scope] = {
     "answer": Scope(("rft/reward/answer.py",), ("tests/reward/test_answer.py",)),
-    "extraction": Scope(("rft/reward/exact_match.py",), ("tests/reward/test_exact_match.py",)),
+    # `python -S` (no site-packages) cannot import mutmut's trampolines
+    "extraction": Scope(("rft/reward/exact_match.py",), ("tests/reward/test_exact_match.py",),
+                        ("tests/reward/test_exact_match.py::test_loads_from_a_checkout_without_install",)),
     # after the split of lora_sync.py: ("rft/train/lora_payload.py", "rft/train/lora_merge.py")
     "lora": Scope(("rft/train/lora_sync.py",), ("tests/train/test_lora_sync.py",)),
     "lr_schedule": Scope(("rft/launch/lr_schedule.py",), ("tests/launch/test_lr_schedule.py",)),
@@ -52,8 +55,23 @@ SCOPES: dict[str, Scope] = {
     "data": Scope(("rft/data/pipeline.py",), ("tests/data/test_pipeline.py",)),
 }
 
+# A pytest plugin written into the copy. mutmut forks every mutant's run from a process that has already run
+# the tests once, so an lru_cache there (answer._normalize) would answer from the unmutated code: emptied per test.
+CACHE_RESET_PLUGIN = "mutmut_cache_reset"
+CACHE_RESET_SOURCE = '''"""Empty every functools cache of the loaded rft modules before each test (see scripts/mutate.py)."""
+import sys
+
+
+def pytest_runtest_setup(item):
+    for name, module in list(sys.modules.items()):
+        if name == "rft" or name.startswith("rft."):
+            for value in list(vars(module).values()):
+                if callable(getattr(value, "cache_clear", None)) and hasattr(value, "cache_info"):
+                    value.cache_clear()
+'''
 # Passed to every pytest run mutmut makes: the fast suite only, no cache writes in the copy.
-PYTEST_ARGS = ["-m", "not vllm and not slow", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"]
+PYTEST_ARGS = ["-m", "not vllm and not slow", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
+               "-p", CACHE_RESET_PLUGIN]  # fmt: skip
 # Shared with the checkout instead of copied (large, read-only for the tests).
 LINKED = (".cache/wheels",)
 STATUS = {1: "killed", 3: "killed", 0: "survived", 36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout",
@@ -91,13 +109,14 @@ def make_copy(root: Path, dest: Path, scope: Scope) -> None:
         if (root / rel).exists():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             (dest / rel).symlink_to(root / rel)
+    (dest / f"{CACHE_RESET_PLUGIN}.py").write_text(CACHE_RESET_SOURCE)
     config = {
         "source_paths": ["rft"],
         "only_mutate": list(scope.sources),
         "pytest_add_cli_args_test_selection": list(scope.tests),
-        "pytest_add_cli_args": PYTEST_ARGS,
+        "pytest_add_cli_args": PYTEST_ARGS + [a for test in scope.deselect for a in ("--deselect", test)],
         # everything beside rft/ (tests read data, scripts and patches relative to the project root)
-        "also_copy": sorted({rel.split("/")[0] for rel in files} - {"rft"} | set(LINKED)),
+        "also_copy": sorted({rel.split("/")[0] for rel in files} - {"rft"} | {*LINKED, f"{CACHE_RESET_PLUGIN}.py"}),
         "use_git_change_detection": False,
     }  # fmt: skip
     with (dest / "pyproject.toml").open("a") as f:
@@ -106,23 +125,36 @@ def make_copy(root: Path, dest: Path, scope: Scope) -> None:
             f.write(f"{key} = {json.dumps(value)}\n")
 
 
-def read_results(copy: Path, scope: Scope) -> dict[str, str]:
-    """Mutant name -> status, from mutmut's per-file metadata in the copy."""
+def read_results(copy: Path, scope: Scope) -> tuple[dict[str, str], dict[str, str]]:
+    """Mutant name -> status, and mutant name -> source file, from mutmut's per-file metadata in the copy."""
     results: dict[str, str] = {}
+    paths: dict[str, str] = {}
     for src in scope.sources:
         meta = copy / "mutants" / (src + ".meta")
         if meta.is_file():
             codes = json.loads(meta.read_text())["exit_code_by_key"]
             results.update({k: STATUS.get(v, "suspicious") for k, v in codes.items()})
-    return results
+            paths.update(dict.fromkeys(codes, src))
+    return results, paths
 
 
-def mutant_diff(copy: Path, name: str, env: dict[str, str]) -> str:
-    """The mutant's diff against the original, as `mutmut show` prints it."""
-    res = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=copy, env=env, capture_output=True,
-                         text=True)  # fmt: skip
-    lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("+", "-")) and not ln.startswith(("+++", "---"))]
-    return "\n".join(lines) or res.stdout.strip()
+DIFF_CODE = """import json, sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+print(json.dumps({name: get_diff_for_mutant(name, path=path) for name, path in json.loads(sys.argv[1])}))
+"""
+
+
+def mutant_diffs(copy: Path, names: dict[str, str], env: dict[str, str]) -> dict[str, str]:
+    """Each mutant's diff against the original (mutant name -> source path), as `mutmut show` prints it."""
+    if not names:
+        return {}
+    res = subprocess.run([sys.executable, "-c", DIFF_CODE, json.dumps(sorted(names.items()))], cwd=copy, env=env,
+                         capture_output=True, text=True)  # fmt: skip
+    if res.returncode != 0:
+        return {name: f"(no diff: {res.stderr.strip().splitlines()[-1:]})" for name in names}
+    keep = ("+", "-")
+    return {name: "\n".join(ln for ln in diff.splitlines() if ln.startswith(keep) and not ln.startswith(("+++", "---")))
+            for name, diff in json.loads(res.stdout).items()}  # fmt: skip
 
 
 def run_module(name: str, scope: Scope, max_children: int, log_dir: Path) -> dict:
@@ -130,15 +162,16 @@ def run_module(name: str, scope: Scope, max_children: int, log_dir: Path) -> dic
     start = time.monotonic()
     copy = Path(tempfile.mkdtemp(prefix=f"rft-mutate-{name}-"))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MUTANT_UNDER_TEST")}
+    # mutmut forks each mutant's run from a process that already ran torch: a forked OpenMP pool hangs
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     try:
         make_copy(ROOT, copy, scope)
         log = log_dir / f"{name}.log"
         with log.open("w") as f:
             proc = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
                                   cwd=copy, env=env, stdout=f, stderr=subprocess.STDOUT)  # fmt: skip
-        results = read_results(copy, scope)
-        survivors = sorted(k for k, v in results.items() if v == "survived")
-        diffs = {k: mutant_diff(copy, k, env) for k in survivors}
+        results, paths = read_results(copy, scope)
+        diffs = mutant_diffs(copy, {k: paths[k] for k, v in results.items() if v == "survived"}, env)
         return {"module": name, "sources": list(scope.sources), "tests": list(scope.tests), "rc": proc.returncode,
                 "log": str(log), "results": results, "diffs": diffs, "seconds": round(time.monotonic() - start)}
     finally:
@@ -209,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown modules {unknown}; choose from {', '.join(SCOPES)}")
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(Interrupted()))
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 150)
     equivalents = documented_equivalents()
     a.out.mkdir(parents=True, exist_ok=True)
     report = []

@@ -70,7 +70,7 @@ def test_maj_correct_scores_the_winning_answer():
     assert maj_correct(answers, [True, True, False, False, True])
     assert not maj_correct(answers, [False, False, True, False, False])  # the right answer lost the vote
     assert not maj_correct([None, None], [False, False])
-    with pytest.raises(ValueError, match="maj_correct needs one correctness flag per answer"):
+    with pytest.raises(ValueError, match="^maj_correct needs one correctness flag per answer$"):
         maj_correct(["1"], [True, False])
 
 
@@ -98,7 +98,7 @@ def test_paired_bootstrap_ci():
     assert paired_bootstrap_ci(a, a) == (0.0, 0.0)
     lo, hi = paired_bootstrap_ci([1.0] * 6, [0.0] * 6)
     assert lo == hi == 1.0
-    with pytest.raises(ValueError, match="paired bootstrap needs the same problems on both sides"):
+    with pytest.raises(ValueError, match="^paired bootstrap needs the same problems on both sides$"):
         paired_bootstrap_ci([1.0], [1.0, 0.0])
 
 
@@ -156,5 +156,5 @@ def test_bootstrap_ci_of_one_problem_is_that_value():
 
 
 def test_mean_at_n_needs_a_sample():
-    with pytest.raises(ValueError, match="mean_at_n needs at least one sample"):
+    with pytest.raises(ValueError, match="^mean_at_n needs at least one sample$"):
         mean_at_n([])
