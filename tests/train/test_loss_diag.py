@@ -226,3 +226,23 @@ def test_cross_rank_reduction_with_no_tokens_anywhere_and_grad_norms():
     # grad_norm_steps is each rank's own count of optimizer steps
     assert outs == [{"grad_norm": 5.0, "grad_norm_steps": 1.0}, {"grad_norm": 5.0, "grad_norm_steps": 2.0}]
     assert {op for _, op, _ in group.calls} == {"max", "sum"} and len(group.calls) == 4
+
+
+def test_local_values_fold_every_micro_batch():
+    """One rank, three micro-batches (one without action tokens): this rank's values before any reduction."""
+    d = StepDiagnostics()
+    d.add_ratio_stats(ratio_diagnostics(torch.tensor([[-2.0, 30.0, 0.5]]), None))
+    d.add_ratio_stats(ratio_diagnostics(torch.tensor([[9.0, 9.0]]), torch.zeros(1, 2, dtype=torch.bool)))  # no tokens
+    d.add_ratio_stats({})
+    d.add_ratio_stats(ratio_diagnostics(torch.tensor([[-1.0, 25.0, -40.0, 0.0, 1.0]]), None))
+    out = d.local()
+    assert out["logratio_min"] == -LOGRATIO_CLAMP  # the smallest of every micro-batch, after the clamp
+    assert out["logratio_raw_max"] == 30.0 and out["logratio_max"] == LOGRATIO_CLAMP
+    assert out["logratio_tokens"] == 8.0
+    assert out["logratio_clamped_frac"] == pytest.approx(3 / 8)  # 30, 25 and -40 were clamped
+    assert "grad_norm" not in out
+    first_smaller = StepDiagnostics()
+    first_smaller.add_ratio_stats(ratio_diagnostics(torch.tensor([[-3.0]]), None))
+    first_smaller.add_ratio_stats(ratio_diagnostics(torch.tensor([[-1.0, 2.0]]), None))
+    assert first_smaller.local()["logratio_min"] == -3.0
+    assert StepDiagnostics().local() == {}
