@@ -10,7 +10,7 @@ import pytest
 import torch
 from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
-from rft.train.loss_diag import LOGRATIO_CLAMP, StepDiagnostics, ratio_diagnostics
+from rft.train.loss_diag import LOGRATIO_CLAMP, StepDiagnostics, clamp_log_ratio, ratio_diagnostics
 
 
 @pytest.fixture
@@ -246,3 +246,24 @@ def test_local_values_fold_every_micro_batch():
     first_smaller.add_ratio_stats(ratio_diagnostics(torch.tensor([[-1.0, 2.0]]), None))
     assert first_smaller.local()["logratio_min"] == -3.0
     assert StepDiagnostics().local() == {}
+
+
+def test_a_micro_batch_without_tokens_changes_nothing():
+    """Its all-zero statistics must not pull a positive minimum or a negative maximum to 0."""
+    d = StepDiagnostics()
+    d.add_ratio_stats(ratio_diagnostics(torch.tensor([[5.0]]), torch.zeros(1, 1, dtype=torch.bool)))
+    d.add_ratio_stats(ratio_diagnostics(torch.tensor([[0.5, 2.0]]), None))
+    e = StepDiagnostics()
+    e.add_ratio_stats(ratio_diagnostics(torch.tensor([[5.0]]), torch.zeros(1, 1, dtype=torch.bool)))
+    e.add_ratio_stats(ratio_diagnostics(torch.tensor([[-0.5, -2.0]]), None))
+    assert d.local()["logratio_min"] == 0.5 and e.local()["logratio_raw_max"] == -0.5
+    assert d.local()["logratio_tokens"] == 2.0
+
+
+def test_clamp_bounds_both_sides_and_stops_the_gradient_outside():
+    x = torch.tensor([-50.0, -3.0, 0.0, 7.0, 50.0], requires_grad=True)
+    y = clamp_log_ratio(x, bound=10.0)
+    assert y.tolist() == [-10.0, -3.0, 0.0, 7.0, 10.0]
+    y.sum().backward()
+    assert x.grad.tolist() == [0.0, 1.0, 1.0, 1.0, 0.0]
+    assert clamp_log_ratio(torch.tensor([-1e4, 1e4])).tolist() == [-LOGRATIO_CLAMP, LOGRATIO_CLAMP]
