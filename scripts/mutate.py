@@ -168,8 +168,16 @@ def run_module(name: str, scope: Scope, max_children: int, log_dir: Path) -> dic
         make_copy(ROOT, copy, scope)
         log = log_dir / f"{name}.log"
         with log.open("w") as f:
-            proc = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
-                                  cwd=copy, env=env, stdout=f, stderr=subprocess.STDOUT)  # fmt: skip
+            # its own process group: mutmut's forked workers (a hung one included) end with it, also on Ctrl-C
+            proc = subprocess.Popen([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
+                                    cwd=copy, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            try:
+                proc.wait()
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         results, paths = read_results(copy, scope)
         diffs = mutant_diffs(copy, {k: paths[k] for k, v in results.items() if v == "survived"}, env)
         return {"module": name, "sources": list(scope.sources), "tests": list(scope.tests), "rc": proc.returncode,
