@@ -2,6 +2,8 @@
 # 0.15.1, scripts/install_vllm_venv.sh, patched too) and runs lint + both suites: `-m "not vllm"` in .venv, then
 # `-m vllm` (the real engine) in .venv-vllm with RFT_VLLM_SUITE=1 (a missing vLLM there fails, never skips).
 # make venv / make venv-vllm: only an environment.  make lint: ruff + shellcheck.  make bench: the benchmarks.
+# make mutate: mutation testing (mutmut) of the modules where a bug costs a run, each against its own test files,
+# on a temporary copy; MODULES="answer passk" for some only. Kill rates and equivalent mutants: docs/mutation.md.
 # make train: on the 8-GPU node, .venv-train (the `train` extra) + patches + $(TRAIN_SCRIPT); without GPUs, the CPU
 # demonstration (train_grpo_cpu.sh in .venv-vllm: the whole loop on a tiny random model, ends with `run dir: PATH`).
 PYTHON ?= python3
@@ -16,7 +18,7 @@ VLLM_BIN := $(VLLM_VENV)/bin
 TRAIN_VENV ?= .venv-train
 TRAIN_SCRIPT ?= train_grpo_20b_a28a.sh
 
-.PHONY: test test-main test-vllm venv venv-vllm lint bench clean train
+.PHONY: test test-main test-vllm venv venv-vllm lint bench clean train mutate
 
 test: lint test-main test-vllm
 
@@ -63,6 +65,9 @@ $(VLLM_VENV)/.patched: $(VLLM_VENV)/.stamp $(VENV)/.stamp apply_patches.sh patch
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/shellcheck $(SH_FILES)
+
+mutate: venv
+	$(BIN)/python scripts/mutate.py $(MODULES)
 
 bench: venv
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

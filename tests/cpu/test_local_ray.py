@@ -11,10 +11,11 @@ import tempfile
 
 import pytest
 
-from rft.cpu import local_ray
-
+# Skip before anything of the project is imported, so a missing Ray or psutil skips rather than errors.
 pytest.importorskip("ray")
 pytest.importorskip("psutil")
+
+from rft.cpu import local_ray  # noqa: E402
 
 # one task on the cluster, which makes Ray start a worker process (a port from the head's worker window)
 TASK = """

@@ -70,7 +70,7 @@ def test_maj_correct_scores_the_winning_answer():
     assert maj_correct(answers, [True, True, False, False, True])
     assert not maj_correct(answers, [False, False, True, False, False])  # the right answer lost the vote
     assert not maj_correct([None, None], [False, False])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^maj_correct needs one correctness flag per answer$"):
         maj_correct(["1"], [True, False])
 
 
@@ -98,5 +98,63 @@ def test_paired_bootstrap_ci():
     assert paired_bootstrap_ci(a, a) == (0.0, 0.0)
     lo, hi = paired_bootstrap_ci([1.0] * 6, [0.0] * 6)
     assert lo == hi == 1.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^paired bootstrap needs the same problems on both sides$"):
         paired_bootstrap_ci([1.0], [1.0, 0.0])
+
+
+def exact_bootstrap_means(values: list[int]) -> np.ndarray:
+    """Every one of the n**n equally likely resamples of `values`, as the sum of its draws (mean * n)."""
+    n = len(values)
+    idx = np.indices((n,) * n).reshape(n, -1)
+    return np.asarray(values)[idx].sum(axis=0)
+
+
+@pytest.mark.parametrize("level", [0.95, 0.8])
+def test_bootstrap_ci_has_its_level_under_the_exact_bootstrap_distribution(level):
+    """A small case enumerated in full (6 problems: 46656 resamples): the interval's ends sit at the
+    (1-level)/2 and (1+level)/2 quantiles of the exact distribution of the resampled mean."""
+    values = [0, 1, 2, 4, 8, 16]
+    sums = exact_bootstrap_means(values)
+    lo, hi = bootstrap_ci([float(v) for v in values], n_boot=40_000, seed=3, level=level)
+    alpha, tol = (1 - level) / 2, 0.006
+    below = lambda x: float(np.mean(sums < x * len(values) - 1e-9))  # noqa: E731
+    at_most = lambda x: float(np.mean(sums <= x * len(values) + 1e-9))  # noqa: E731
+    assert below(lo) <= alpha + tol and at_most(lo) >= alpha - tol, (lo, below(lo), at_most(lo))
+    assert below(hi) <= 1 - alpha + tol and at_most(hi) >= 1 - alpha - tol, (hi, below(hi), at_most(hi))
+
+
+def test_bootstrap_ci_width_matches_the_normal_interval():
+    """400 problems from a known distribution: the mean's bootstrap interval is mean +- z * s / sqrt(n)
+    (z = 1.960 at 95%, 1.645 at 90%) to within a few percent."""
+    values = np.random.default_rng(7).normal(3.0, 2.0, size=400)
+    se = values.std() / np.sqrt(values.size)
+    for level, z in ((0.95, 1.959964), (0.9, 1.644854)):
+        lo, hi = bootstrap_ci(values, n_boot=20_000, seed=5, level=level)
+        assert (hi - lo) / 2 == pytest.approx(z * se, rel=0.04), level
+        assert (lo + hi) / 2 == pytest.approx(values.mean(), abs=0.1 * se)
+
+
+def test_paired_bootstrap_ci_is_the_interval_of_the_differences():
+    rng = np.random.default_rng(11)
+    a, b = rng.random(30), rng.random(30)  # continuous: every resample has its own mean, so seeds show
+    for level in (0.95, 0.8):
+        got = paired_bootstrap_ci(a, b, n_boot=3000, seed=4, level=level)
+        assert got == bootstrap_ci(a - b, n_boot=3000, seed=4, level=level)
+    assert paired_bootstrap_ci(a, b, level=0.8) != paired_bootstrap_ci(a, b)
+
+
+def test_bootstrap_ci_is_seeded_and_the_seed_matters():
+    values = np.random.default_rng(2).random(25)  # continuous per-problem values: no ties between resamples
+    assert bootstrap_ci(values, seed=9) == bootstrap_ci(values, seed=9)
+    assert bootstrap_ci(values, seed=9) != bootstrap_ci(values, seed=10)
+    assert paired_bootstrap_ci(values, values[::-1], seed=9) == paired_bootstrap_ci(values, values[::-1], seed=9)
+
+
+def test_bootstrap_ci_of_one_problem_is_that_value():
+    assert bootstrap_ci([0.75]) == (0.75, 0.75)
+    assert paired_bootstrap_ci([1.0], [0.25]) == (0.75, 0.75)
+
+
+def test_mean_at_n_needs_a_sample():
+    with pytest.raises(ValueError, match="^mean_at_n needs at least one sample$"):
+        mean_at_n([])

@@ -476,3 +476,124 @@ def test_truncated_box_is_not_overridden_by_a_correction() -> None:
     """Without fallbacks (a truncated response) the box stands: the correction may itself be cut off."""
     got = extract_answer("\\boxed{12}. Wait, that is wrong: the answer is 1", fallbacks=False)
     assert (got.answer, got.method) == ("12", "boxed")
+
+
+# Tuples, intervals and sets whose elements only math-verify can decide (`\sin x` vs `\sin(x)`): the fast path
+# must answer "undecided" for such an element, never "equal", and the bracket kind must still decide.
+SEQUENCE_MUST_MATCH = [
+    ("(\\sin x, 2)", "(\\sin(x), 2)"),
+    ("[\\sin x, 2)", "[\\sin(x), 2)"),
+    ("(2, \\sin x)", "(2, \\sin(x))"),
+    ("\\{\\sin x, 2\\}", "\\{2, \\sin(x)\\}"),
+    ("\\{\\sin x, \\cos x\\}", "\\{\\cos(x), \\sin(x)\\}"),
+    ("\\sin x, 2", "2, \\sin(x)"),
+    ("(x+1, 2)", "(1+x, 2)"),
+]
+SEQUENCE_MUST_NOT_MATCH = [
+    ("(\\sin x, 2)", "(\\cos x, 2)"),
+    ("(2, \\sin x)", "(2, \\cos x)"),
+    ("[\\sin x, 2)", "[\\cos x, 2)"),
+    ("(\\sin x, \\cos x)", "(\\cos x, \\sin x)"),  # a tuple is ordered
+    ("\\{\\sin x, 2\\}", "\\{2, \\cos x\\}"),
+    ("\\sin x, 2", "2, \\cos x"),
+    ("(\\sin x, 2)", "(\\sin x, 3)"),
+    ("[\\sin x, 2)", "(\\sin(x), 2)"),  # closed vs open end
+    # a set or a bare list is not a tuple, in either direction, even with the same elements in order
+    ("\\{2, 1\\}", "(1, 2)"),
+    ("\\{1, 2\\}", "(1, 2)"),
+    ("(1, 2)", "\\{2, 1\\}"),
+    ("2, 1", "(1, 2)"),
+    ("1, 2", "(1, 2)"),
+    ("(2, 1)", "1, 2"),
+    ("\\{1, 2\\}", "[1, 2]"),
+    ("\\{\\sin x, 2\\}", "(2, \\sin x)"),
+    ("\\{2, \\sin x\\}", "(2, \\sin x)"),
+]
+
+
+@pytest.mark.parametrize(("pred", "gold"), SEQUENCE_MUST_MATCH)
+def test_sequences_with_symbolic_elements_match(pred: str, gold: str) -> None:
+    assert answers_equal(pred, gold) and answers_equal(gold, pred)
+
+
+@pytest.mark.parametrize(("pred", "gold"), SEQUENCE_MUST_NOT_MATCH)
+def test_sequences_with_symbolic_elements_must_not_match(pred: str, gold: str) -> None:
+    assert not answers_equal(pred, gold) and not answers_equal(gold, pred)
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "verdict"),
+    [
+        ("(\\sin x,2)", "(\\cos x,2)", None),  # one element undecided: the whole tuple is undecided
+        ("(2,\\sin x)", "(2,\\cos x)", None),
+        ("\\{\\sin x,2\\}", "\\{2,\\cos x\\}", None),
+        ("(\\sin x,2)", "(\\cos x,3)", False),  # one element decided unequal: unequal
+        ("\\{1,2\\}", "(1,2)", False),
+        ("1,2", "(1,2)", False),
+        ("\\{1,2\\}", "2,1", True),  # a set and a bare list are both unordered
+        ("(1,2)", "(1,2,3)", False),
+    ],
+)
+def test_compare_fast_on_sequences_never_guesses(pred: str, gold: str, verdict) -> None:
+    assert compare_fast(pred, gold) is verdict and compare_fast(gold, pred) is verdict
+
+
+@pytest.mark.parametrize(
+    ("text", "box"),
+    [
+        # (text, Box(content, start, closed, end)): offsets are those of the box in the text
+        ("ab \\boxed{7} cd", answer_mod.Box("7", 3, True, 12)),
+        ("ab \\boxed 5 cd", answer_mod.Box("5", 3, True, 11)),
+        ("ab \\boxed  17$ cd", answer_mod.Box("17", 3, True, 13)),
+        ("ab \\boxed XY cd", answer_mod.Box("XY", 3, True, 12)),
+        ("ab \\boxed{\\frac{1}{", answer_mod.Box(None, 3, False, 19)),  # unclosed: runs to the end
+        ("ab \\boxed  ", answer_mod.Box(None, 3, False, 11)),
+        ("\\boxed{4} then \\boxed{", answer_mod.Box(None, 15, False, 22)),  # an unclosed last box is the last box
+        ("\\boxed{4} and finally \\boxed", answer_mod.Box(None, 22, False, 28)),
+        # a `\boxed` whose argument is no TeX token (a newline, a `$`) is skipped
+        ("\\boxed{4} then \\boxed \n", answer_mod.Box("4", 0, True, 9)),
+        ("\\boxed{4} then \\boxed $x$", answer_mod.Box("4", 0, True, 9)),
+        ("\\boxed5 and \\boxed{6}", answer_mod.Box("6", 12, True, 21)),
+        ("\\boxed{6} and \\boxed5", answer_mod.Box("6", 0, True, 9)),  # `\boxed5` (no space) is not a box here
+    ],
+)
+def test_last_box_fields(text: str, box) -> None:
+    got = last_box(text)
+    assert got == box
+    assert got.closed is box.closed
+
+
+@pytest.mark.parametrize(
+    ("text", "parts"),
+    [
+        # escaped braces nest: a set inside a set or a tuple is one item
+        ("\\{\\{1,2\\},3\\}", ("\\{", ["\\{1,2\\}", "3"], "\\}")),
+        ("(\\{1,2\\},3)", ("(", ["\\{1,2\\}", "3"], ")")),
+        ("\\{1,\\{2,\\{3,4\\}\\}\\}", ("\\{", ["1", "\\{2,\\{3,4\\}\\}"], "\\}")),
+        ("1,\\{2,3\\}", ("", ["1", "\\{2,3\\}"], "")),
+        ("\\{5\\}", ("\\{", ["5"], "\\}")),  # a one-element set is a set
+        ("(\\{1,2,3)", None),  # unbalanced escaped brace
+        ("(1,2\\})", None),
+        ("\\{1,2", None),
+        ("1,2\\}", None),
+        ("X,1)", None),
+        ("(1,2X", None),
+        ("5", None),
+    ],
+)
+def test_split_sequence_nesting(text: str, parts) -> None:
+    assert split_sequence(text) == parts
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "equal"),
+    [
+        ("\\{\\{1,2\\},\\{3\\}\\}", "\\{\\{3\\},\\{2,1\\}\\}", True),  # sets of sets, in any order
+        ("\\{\\{1,2\\},\\{3\\}\\}", "\\{\\{1,3\\},\\{2\\}\\}", False),
+        ("(\\{1,2\\},3)", "(\\{2,1\\},3)", True),
+        ("(\\{1,2\\},3)", "(3,\\{1,2\\})", False),
+        ("\\{5\\}", "5", False),  # a set is not its element
+    ],
+)
+def test_nested_sequences(pred: str, gold: str, equal: bool) -> None:
+    assert answers_equal(pred, gold) is equal

