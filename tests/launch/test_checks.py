@@ -261,6 +261,11 @@ def test_full_pool_attempt26_schedule_is_refused(patched_root, data_dir, tmp_pat
     assert res.returncode == 1
     assert "total scheduler steps     500000" in res.stderr and "warm-up steps             25000" in res.stderr
     assert "LR preflight: LR after scheduler step 20 is" in res.stderr
+    # The refusal names what passes; each named value passes the launcher's own checks.
+    assert "--lr_warmup_ratio 0.00013 " in res.stderr and "--max_samples 128 " in res.stderr
+    for fix in (["--lr_warmup_ratio", "0.00013"], ["--max_samples", "128"]):
+        again = run_script("train_grpo_20b.sh", script_env(patched_root, big, tmp_path), "--dry-run", *fix)
+        assert again.returncode == 0, (fix, again.stderr)
     ok = run_script("train_grpo_20b_a28b.sh", script_env(patched_root, big, tmp_path), "--dry-run")
     assert ok.returncode == 0, ok.stderr
 
