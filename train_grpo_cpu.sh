@@ -9,14 +9,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
 
 ARCH="${ARCH:-qwen2}"                # qwen2 or gpt_oss (bf16, sinks, sliding window, 4 experts)
 RUN_NAME="${RUN_NAME:-cpu-grpo-$ARCH}"
-OUT_ROOT="${OUT_ROOT:-$RFT_ROOT/runs}"
-RUN_DIR="$OUT_ROOT/$RUN_NAME"
+rft_local_storage "$RUN_NAME"  # runs/$RUN_NAME/{metrics,samples} (OUT_ROOT); the adapter and checkpoints beside
 INPUTS="${INPUTS:-$OUT_ROOT/cpu-inputs-$ARCH}"   # model/, prompts.jsonl, eval_prompts.jsonl (made once)
 SAVE_PATH="${SAVE_PATH:-$RUN_DIR/final}"
 CKPT_PATH="${CKPT_PATH:-$RUN_DIR/ckpt}"
-export METRICS_LOG_DIR="${METRICS_LOG_DIR:-$RUN_DIR/metrics}"
-export SAMPLES_LOG_DIR="${SAMPLES_LOG_DIR:-$RUN_DIR/samples}"
-export SPIKE_LOG_PATH="${SPIKE_LOG_PATH:-$METRICS_LOG_DIR/spike_log.jsonl}"
 export SAMPLES_LOG_EVERY="${SAMPLES_LOG_EVERY:-4}"
 REWARD_FUNC="${REWARD_FUNC:-$(rft_reward_func)}"
 

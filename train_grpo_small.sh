@@ -41,12 +41,9 @@ EVAL_DATA="${EVAL_DATA:-$DEFAULT_EVAL}"
 # REWARD=em (exact match, default) or judge (Gemini-judged reasoning quality); REWARD_FUNC=path overrides.
 REWARD_FUNC="${REWARD_FUNC:-$(rft_reward_func)}"
 RUN_NAME="${RUN_NAME:-small-grpo-$DATASET-$PRESET}"
-OUT_ROOT="${OUT_ROOT:-$RFT_ROOT/runs}"
-SAVE_PATH="${SAVE_PATH:-$OUT_ROOT/$RUN_NAME/model}"
-CKPT_PATH="${CKPT_PATH:-$OUT_ROOT/$RUN_NAME/ckpt}"
-export METRICS_LOG_DIR="${METRICS_LOG_DIR:-$OUT_ROOT/$RUN_NAME/metrics}"
-export SAMPLES_LOG_DIR="${SAMPLES_LOG_DIR:-$OUT_ROOT/$RUN_NAME/samples}"
-export SPIKE_LOG_PATH="${SPIKE_LOG_PATH:-$METRICS_LOG_DIR/spike_log.jsonl}"
+rft_local_storage "$RUN_NAME"  # runs/$RUN_NAME/{metrics,samples} (OUT_ROOT); the model and checkpoints beside
+SAVE_PATH="${SAVE_PATH:-$RUN_DIR/model}"
+CKPT_PATH="${CKPT_PATH:-$RUN_DIR/ckpt}"
 
 ARGS=(
     --pretrain "$MODEL"

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from rft.monitor.diagnosis import Thresholds, diagnose, exit_code
 from rft.monitor.early_stop import DEFAULT_PROBE_SIZE, DEFAULT_Z
+from rft.monitor.latest import from_environment
 from rft.monitor.logs import (
     JsonlTail,
     MetricsLog,
@@ -326,7 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = build_parser().parse_args(argv)
     if not args.metrics:
-        build_parser().error("no metrics directory: pass one or set METRICS_LOG_DIR")
+        latest, globs = from_environment()
+        if latest is None:
+            where = f" and no run of this checkout in {', '.join(globs)}" if globs else ""
+            build_parser().error(f"no metrics directory: pass one or set METRICS_LOG_DIR{where}")
+        args.metrics = str(latest.metrics_dir)
+        args.ckpt_path = args.ckpt_path or latest.ckpt_path()
+        print(f"monitor: the latest run of this checkout: {args.metrics}", file=sys.stderr)
     console = Console()
     if args.follow:
         return follow(args, console)
