@@ -54,7 +54,6 @@ ARGS=(
     --lora_rank 8
     --lora_alpha 16
     --target_modules q_proj k_proj v_proj o_proj
-    --vllm_sync_lora_via_object_store
     # 8 prompts x 8 samples = 64 per step, one optimizer step each: 256 prompts = 32 steps
     --advantage_estimator group_norm
     --n_samples_per_prompt 8
@@ -72,6 +71,8 @@ ARGS=(
     --init_kl_coef 0.01
     --use_kl_loss
     --kl_estimator k3
+    # entropy logged, not optimised (entropy_loss and the patched actor's entropy_mean/p10/p90)
+    --entropy_loss_coef 0
     # vllm_kl in the metrics: the rollout/trainer gap the monitor's sync-drift check reads
     --enable_vllm_is_correction
     --eval_dataset "$INPUTS/eval_prompts.jsonl"
@@ -84,6 +85,8 @@ ARGS=(
     --logging_steps 1
     --seed 42
 )
+# the LoRA sync to the engine: LORA_SYNC=merge (default, W0 + s·B@A) or native (the engine serves the adapter)
+rft_lora_sync
 # relaunching the same command resumes from the last complete checkpoint (RESUME=0: start fresh)
 rft_resume train_grpo_cpu.sh
 # SYNC_OFF=1: the ablation run, the adapter is never sent (rollouts stay on the base model while the trainer moves)

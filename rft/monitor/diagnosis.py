@@ -167,7 +167,7 @@ SMOKE = "smoke"
 
 
 def _first(log: MetricsLog, name: str, th: Thresholds) -> list[tuple[int, float]]:
-    steps = log.steps()[: th.smoke_steps]
+    steps = log.train_steps()[: th.smoke_steps]
     return [(s, v) for s, v in log.series(name) if steps and s <= steps[-1]]
 
 
@@ -288,7 +288,7 @@ def movement(log: MetricsLog, th: Thresholds) -> Verdict:
         if log.series("kl") or log.series("logprobs_diff"):
             return Verdict(g, c, MISSING, "kl is 0 at every step: no reference model (init_kl_coef 0)")
         return _missing(g, c, "kl/logprobs_diff")
-    if len(log.steps()) < th.not_moving_after:
+    if len(log.train_steps()) < th.not_moving_after:
         return Verdict(
             g,
             c,
@@ -304,7 +304,7 @@ def movement(log: MetricsLog, th: Thresholds) -> Verdict:
             g,
             c,
             WARN,
-            ev + f" after {len(log.steps())} steps: barely moving (not 'stable')",
+            ev + f" after {len(log.train_steps())} steps: barely moving (not 'stable')",
             "Learning rate too low for LoRA: raise it (5e-7 -> 1e-6 -> 2e-6); check LR warmup reached target.",
         )
     return Verdict(g, c, PASS, ev)
@@ -389,7 +389,7 @@ PLAYBOOK = {
 
 
 def _window(log: MetricsLog, name: str, th: Thresholds) -> list[tuple[int, float]]:
-    steps = log.steps()[-th.window :]
+    steps = log.train_steps()[-th.window :]
     return [(s, v) for s, v in log.series(name) if steps and s >= steps[0]]
 
 
@@ -443,7 +443,7 @@ class Window:
     @classmethod
     def of(cls, log: MetricsLog, spikes: Sequence[Spike], th: Thresholds) -> Window:
         sig = _signal(log)
-        return cls(log, spikes, th, log.steps()[-th.window :], sig, _window(log, sig, th),
+        return cls(log, spikes, th, log.train_steps()[-th.window :], sig, _window(log, sig, th),
                    [abs(v) for _, v in _window(log, "kl", th)], [v for _, v in _window(log, "entropy", th)])
 
     @property
@@ -463,6 +463,25 @@ def non_finite(w: Window) -> Finding:
     return Verdict(PLAY, "non-finite values", FAIL, ", ".join(bad[:8]), PLAYBOOK["non-finite values"]) if bad else None
 
 
+def learned_before(w: Window) -> bool:
+    """The run learned before the window: the window's mean of the signal is 5 points and two standard errors
+    above the first 5 steps before it, or the probe rose beyond its binomial noise since its first eval."""
+    first = [v for s, v in w.log.series(w.signal)[:5] if s < w.steps[0]]
+    win = [v for _, v in w.pts]
+    if len(first) >= 3 and len(win) >= 3:
+        gain = _mean(win) - _mean(first)
+        se = math.sqrt(statistics.variance(first) / len(first) + statistics.variance(win) / len(win))
+        if gain > 0.05 and gain > 2 * se:
+            return True
+    key = probe_key(w.log, w.th)
+    evals = w.log.series(key) if key else []
+    if len(evals) >= 2:
+        p0 = evals[0][1]
+        noise = 2 * math.sqrt(max(p0 * (1 - p0), 1 / w.th.probe_size) / w.th.probe_size) * math.sqrt(2)
+        return evals[-1][1] - p0 > noise
+    return False
+
+
 def flat_learning(w: Window) -> Finding:
     """The training signal's fitted trend over the window is neither significant nor 5 points."""
     if len(w.pts) < 10:
@@ -470,6 +489,8 @@ def flat_learning(w: Window) -> Finding:
     slope, se = trend(w.pts)
     if abs(slope / se) >= 2 or abs(slope * (w.steps[-1] - w.steps[0])) >= 0.05:
         return None
+    if learned_before(w):
+        return None  # a plateau after learning, not a run that does not learn
     ev = f"{w.signal} {fmt(w.pts[0][1])} -> {fmt(w.pts[-1][1])} over {w.span} (slope {fmt(slope)}/step +- {fmt(se)})"
     if w.kl:
         ev += f"; |kl| median {fmt(statistics.median(w.kl))}"
@@ -571,6 +592,9 @@ def entropy_collapse(w: Window) -> Finding:
     if not (recent < 0.5 * first or (recent < 1.0 <= first and recent < 0.8 * first)):
         return None
     ev = f"{w.log.key_for('entropy')} {fmt(first)} (first 3 steps) -> {fmt(recent)} (last 3 steps)"
+    p10 = w.log.series("entropy_p10")
+    if len(p10) >= 6:
+        ev += f"; entropy_p10 {fmt(_mean([v for _, v in p10[:3]]))} -> {fmt(_mean([v for _, v in p10[-3:]]))}"
     return Verdict(PLAY, "entropy collapse", WARN, ev, PLAYBOOK["entropy collapse"])
 
 
@@ -596,7 +620,7 @@ def boxed_steady_state(w: Window) -> Finding:
     pts = w.log.series("has_boxed")
     if not pts:
         return "has_boxed steady state (has_boxed)"
-    past = w.log.steps()[w.th.smoke_steps - 1] if len(w.log.steps()) >= w.th.smoke_steps else None
+    past = w.log.train_steps()[w.th.smoke_steps - 1] if len(w.log.train_steps()) >= w.th.smoke_steps else None
     steady = [(s, v) for s, v in pts if past is not None and s > past]
     if len(steady) < 5:
         return None
@@ -674,7 +698,7 @@ PLAYBOOK_RULES = (non_finite, flat_learning, instability, reward_hacking, loss_g
 
 def playbook(log: MetricsLog, spikes: Sequence[Spike], th: Thresholds) -> list[Verdict]:
     """Match the tuning playbook's scenarios over the last `window` steps; each with evidence and actions."""
-    steps = log.steps()[-th.window :]
+    steps = log.train_steps()[-th.window :]
     if len(steps) < 6:
         return [Verdict(PLAY, "playbook diagnosis", INFO, f"{len(steps)} step(s) logged; needs 6")]
     w = Window.of(log, spikes, th)

@@ -33,6 +33,10 @@ EXPECTED = {
     "ratio_tail": (1, {"extreme log-prob ratios": WARN}),
     "negative_ppo_kl": (1, {"ppo_kl not negative": WARN}),
     "reward_dropout": (2, {"reward not dropping to 0": FAIL, "reward_mean not stuck at 0/1": PASS}),
+    # A run that learned and plateaued: with the base model's step-0 eval nothing fires; without it the probe
+    # starts after the learning and the playbook calls it reward hacking. The plateau is not flat learning.
+    "showcase": (0, {"playbook diagnosis": PASS, "OOD probe early stopping": PASS}),
+    "showcase_no_baseline": (1, {"reward hacking": WARN}),
 }
 
 
@@ -217,3 +221,27 @@ def test_boxed_steady_state_waits_past_the_smoke_steps():
     assert verdict([0.8] * 10) is None  # 4 steps past the first 6: not yet a steady state
     assert verdict([0.8] * 11).status == WARN
     assert verdict([0.7] * 6 + [0.95] * 5) is None  # learnt the format after the smoke steps
+
+
+def test_step0_eval_is_a_baseline_not_a_training_step(tmp_path):
+    """The eval-only record at step 0 leaves the smoke tests' six steps alone and starts the probe's trend."""
+    log = read_metrics(write_scenario("showcase", tmp_path / "s"))
+    assert log.steps()[0] == 0 and log.train_steps()[0] == 1 and len(log.train_steps()) == 32
+    by = {v.check: v for v in diagnose(log)}
+    assert by["reward_mean not stuck at 0/1"].evidence.startswith("steps 1-6:")
+    assert "eval_ood_pass1 latest 80.0% at step 32; best so far step 16 (83.0%)" in by["OOD probe early stopping"].evidence
+    assert log.series("eval_ood_pass1")[0] == (0, 0.10)
+
+
+def test_a_plateau_after_learning_is_not_flat_learning():
+    """Flat over the window: WARN when the run never learned, nothing when it learned before the window."""
+    def verdict(rewards):
+        log = MetricsLog()
+        for s, r in enumerate(rewards, start=1):
+            log.add({"global_step": s, "reward": r}, "x")
+        return {v.check: v for v in diagnose(log)}.get("flat learning")
+
+    wobble = [0.02 * ((i * 7) % 5 - 2) for i in range(20)]  # +-0.04, no trend
+    assert verdict([0.40 + w for w in wobble[:12]] + [0.40 + w for w in wobble]).status == WARN
+    assert verdict([0.10, 0.12, 0.15, 0.20, 0.25, 0.30, 0.35, 0.38, 0.40, 0.41, 0.42, 0.42]
+                   + [0.42 + w for w in wobble]) is None
