@@ -99,6 +99,11 @@ class Verdict:
         return not self.errors
 
 
+def _pct(frac: float) -> str:
+    """A share as a percentage, with two significant digits below 1% (0.08%, not 0.1%)."""
+    return f"{frac * 100:.2g}%" if 0 < frac < 0.01 else f"{frac:.1%}"
+
+
 def evaluate(s: Schedule, check_step: int = CHECK_STEP, min_fraction: float = MIN_FRACTION) -> Verdict:
     """Apply the pre-flight rules to a schedule."""
     errors, warnings = [], []
@@ -119,7 +124,7 @@ def evaluate(s: Schedule, check_step: int = CHECK_STEP, min_fraction: float = MI
         at = s.lr_after(check_step)
         if at < min_fraction * s.lr:
             errors.append(
-                f"LR after scheduler step {check_step} is {at:.3e} = {at / s.lr:.1%} of the target {s.lr:.3e} "
+                f"LR after scheduler step {check_step} is {at:.3e} = {_pct(at / s.lr)} of the target {s.lr:.3e} "
                 f"(< {min_fraction:.0%}): the step budget is spent in warm-up or decay"
             )
     if s.lora_rank > 0 and s.lr < LORA_TYPICAL_LR / LORA_FAR_BELOW:
