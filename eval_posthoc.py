@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--limit", type=int, help="evaluate only the first N problems of each dataset (smoke runs)"
     )
+    p.add_argument(
+        "--download",
+        action="store_true",
+        help="fetch a Hugging Face model id (a --model, --base or an adapter's base) missing from the local "
+        "cache into $HF_HOME; without it nothing is downloaded and a missing model is an error",
+    )
     g = p.add_argument_group("merging LoRA adapters")
     g.add_argument(
         "--base", help="base model for adapters (overrides adapter_config.json base_model_name_or_path)"
@@ -198,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             dequantize=not args.no_dequantize,
             force=args.force,
             data_dir=args.data_dir,
+            download=args.download,
         )
     except (MergeError, ValueError, FileNotFoundError) as e:
         print(f"eval_posthoc.py: error: {e}", file=sys.stderr)

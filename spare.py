@@ -3,9 +3,9 @@
 
 The spare is reached over ssh and runs this same CLI there with `--host local`; `--host local` also runs
 jobs on this machine. Configuration: spare.toml at the repo root (or --config / RFT_SPARE_CONFIG), keys
-host, key, port, repo, python, ssh_options, data, tmux_socket; env vars override it: RFT_SPARE=user@host,
-RFT_SPARE_KEY, RFT_SPARE_PORT, RFT_SPARE_REPO, RFT_SPARE_PYTHON, RFT_SPARE_SSH_OPTS, RFT_SPARE_DATA,
-RFT_TMUX_SOCKET.
+host, key, port, repo, python, ssh_options, data, tmux_socket and an [env] table of variables every job gets;
+env vars override it: RFT_SPARE=user@host, RFT_SPARE_KEY, RFT_SPARE_PORT, RFT_SPARE_REPO, RFT_SPARE_PYTHON,
+RFT_SPARE_SSH_OPTS, RFT_SPARE_DATA, RFT_TMUX_SOCKET.
 """
 
 from __future__ import annotations
@@ -20,7 +20,16 @@ import time
 
 from rft.provenance import REPO_ROOT, GitError
 from rft.spare.jobs import DEFAULT_SOCKET, JobError, JobInfo, JobRunner, format_age, gpu_summary
-from rft.spare.node import RemoteFailed, Spare, SpareError, load_config, local_facts, render_rows
+from rft.spare.node import (
+    ENV_NAME,
+    RemoteFailed,
+    Spare,
+    SpareConfig,
+    SpareError,
+    load_config,
+    local_facts,
+    render_rows,
+)
 from rft.spare.node import sync as sync_spare
 from rft.spare.node import verify as verify_spare
 
@@ -98,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
         "name", metavar="NAME", help="job name: letters, digits, '_' and '-'; refused while running"
     )
     s.add_argument("--wait", action="store_true", help="block until the job ends and exit with its status")
+    s.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for the job (repeatable), over spare.toml [env] and the scratch-disk "
+        "cache defaults (HF_HOME, TRANSFORMERS_CACHE, HF_DATASETS_CACHE, VLLM_CACHE_DIR under /mnt/scratch)",
+    )
 
     s = sub.add_parser("ls", help="list jobs: name, running or exit status, age, log path")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -163,12 +180,23 @@ def print_gpus(rows: list[dict], where: str) -> None:
     Console().print(table)
 
 
-def run_local(args: argparse.Namespace, job: list[str] | None, socket_name: str) -> int:
+def job_variables(cfg: SpareConfig, given: list[str]) -> dict[str, str]:
+    """spare.toml [env], then each --env NAME=VALUE over it."""
+    out = dict(cfg.env)
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or not ENV_NAME.fullmatch(name):
+            raise SpareError(f"--env {item!r}: expected NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def run_local(args: argparse.Namespace, job: list[str] | None, socket_name: str, cfg: SpareConfig) -> int:
     """Job commands on this machine (what the spare runs when called over ssh)."""
     runner = JobRunner(REPO_ROOT, socket_name=socket_name)
     where = socket.gethostname()
     if args.cmd == "run":
-        info = runner.start(args.name, job or [])
+        info = runner.start(args.name, job or [], env=job_variables(cfg, args.env))
         print(f"started job {info.name} on {where}: log {info.log}")
         if not args.wait:
             return 0
@@ -234,7 +262,10 @@ def run_remote(args: argparse.Namespace, job: list[str] | None, spare: Spare) ->
         print_gpus(spare.cli_json(["gpus", "--json"]), spare.cfg.host or "")  # type: ignore[arg-type]
         return 0
     forward = {
-        "run": lambda: ["run", args.name, *(["--wait"] if args.wait else []), "--", *(job or [])],
+        "run": lambda: [
+            "run", args.name, *(["--wait"] if args.wait else []),
+            *[f"--env={k}={v}" for k, v in job_variables(spare.cfg, args.env).items()], "--", *(job or []),
+        ],
         "tail": lambda: ["tail", args.name, "-n", str(args.lines), *(["-f"] if args.follow else [])],
         "attach": lambda: ["attach", args.name],
         "kill": lambda: ["kill", args.name],
@@ -261,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config, host=args.host)
         socket_name = args.tmux_socket or cfg.tmux_socket
         if cfg.is_local:
-            return run_local(args, job, socket_name)
+            return run_local(args, job, socket_name, cfg)
         if args.tmux_socket:
             cfg = type(cfg)(**{**cfg.__dict__, "tmux_socket": args.tmux_socket})
         return run_remote(args, job, Spare(cfg))

@@ -9,14 +9,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
 
 ARCH="${ARCH:-qwen2}"                # qwen2 or gpt_oss (bf16, sinks, sliding window, 4 experts)
 RUN_NAME="${RUN_NAME:-cpu-grpo-$ARCH}"
-OUT_ROOT="${OUT_ROOT:-$RFT_ROOT/runs}"
-RUN_DIR="$OUT_ROOT/$RUN_NAME"
+rft_local_storage "$RUN_NAME"  # runs/$RUN_NAME/{metrics,samples} (OUT_ROOT); the adapter and checkpoints beside
 INPUTS="${INPUTS:-$OUT_ROOT/cpu-inputs-$ARCH}"   # model/, prompts.jsonl, eval_prompts.jsonl (made once)
 SAVE_PATH="${SAVE_PATH:-$RUN_DIR/final}"
 CKPT_PATH="${CKPT_PATH:-$RUN_DIR/ckpt}"
-export METRICS_LOG_DIR="${METRICS_LOG_DIR:-$RUN_DIR/metrics}"
-export SAMPLES_LOG_DIR="${SAMPLES_LOG_DIR:-$RUN_DIR/samples}"
-export SPIKE_LOG_PATH="${SPIKE_LOG_PATH:-$METRICS_LOG_DIR/spike_log.jsonl}"
 export SAMPLES_LOG_EVERY="${SAMPLES_LOG_EVERY:-4}"
 REWARD_FUNC="${REWARD_FUNC:-$(rft_reward_func)}"
 
@@ -58,7 +54,6 @@ ARGS=(
     --lora_rank 8
     --lora_alpha 16
     --target_modules q_proj k_proj v_proj o_proj
-    --vllm_sync_lora_via_object_store
     # 8 prompts x 8 samples = 64 per step, one optimizer step each: 256 prompts = 32 steps
     --advantage_estimator group_norm
     --n_samples_per_prompt 8
@@ -76,6 +71,8 @@ ARGS=(
     --init_kl_coef 0.01
     --use_kl_loss
     --kl_estimator k3
+    # entropy logged, not optimised (entropy_loss and the patched actor's entropy_mean/p10/p90)
+    --entropy_loss_coef 0
     # vllm_kl in the metrics: the rollout/trainer gap the monitor's sync-drift check reads
     --enable_vllm_is_correction
     --eval_dataset "$INPUTS/eval_prompts.jsonl"
@@ -88,6 +85,8 @@ ARGS=(
     --logging_steps 1
     --seed 42
 )
+# the LoRA sync to the engine: LORA_SYNC=merge (default, W0 + s·B@A) or native (the engine serves the adapter)
+rft_lora_sync
 # relaunching the same command resumes from the last complete checkpoint (RESUME=0: start fresh)
 rft_resume train_grpo_cpu.sh
 # SYNC_OFF=1: the ablation run, the adapter is never sent (rollouts stay on the base model while the trainer moves)

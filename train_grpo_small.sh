@@ -11,7 +11,7 @@ PASS=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --preset)
-            [[ $# -ge 2 ]] || { echo "train_grpo_small.sh: --preset needs fast|1hour|3hour|full" >&2; exit 2; }
+            [[ $# -ge 2 ]] || { echo "train_grpo_small.sh: --preset needs fast|1hour|3hour|full|trl" >&2; exit 2; }
             PRESET="$2"
             shift 2
             ;;
@@ -25,7 +25,10 @@ case "$PRESET" in
     1hour) MAX_SAMPLES=500 EPISODES=2 N_SAMPLES=4 MAX_NEW=512 EVAL_STEPS=10 ;;
     3hour) MAX_SAMPLES=1000 EPISODES=3 N_SAMPLES=4 MAX_NEW=512 EVAL_STEPS=10 ;;
     full) MAX_SAMPLES=100000000 EPISODES=5 N_SAMPLES=4 MAX_NEW=512 EVAL_STEPS=25 ;;
-    *) echo "train_grpo_small.sh: unknown preset '$PRESET' (fast, 1hour, 3hour, full)" >&2; exit 2 ;;
+    # The TRL single-GPU guide's recipe (Qwen2.5-Math-1.5B from an SFT checkpoint): 3 epochs, 2 samples per
+    # prompt, 2048 new tokens; LoRA and the rest below.
+    trl) MAX_SAMPLES=100000000 EPISODES=3 N_SAMPLES=2 MAX_NEW=2048 EVAL_STEPS=25 ;;
+    *) echo "train_grpo_small.sh: unknown preset '$PRESET' (fast, 1hour, 3hour, full, trl)" >&2; exit 2 ;;
 esac
 
 MODEL="${MODEL:-Qwen/Qwen2.5-0.5B-Instruct}"
@@ -34,19 +37,20 @@ DATA_DIR="${DATA_DIR:-$RFT_ROOT/data}"
 case "$DATASET" in
     gsm8k) DEFAULT_TRAIN="$DATA_DIR/gsm8k_rl_pool.jsonl" DEFAULT_EVAL="$DATA_DIR/gsm8k_eval.jsonl" ;;
     math) DEFAULT_TRAIN="$DATA_DIR/sft_rl_pool.jsonl" DEFAULT_EVAL="$DATA_DIR/probe_set_200_ood.jsonl" ;;
-    *) echo "train_grpo_small.sh: DATASET=$DATASET: expected gsm8k or math" >&2; exit 2 ;;
+    # the TRL guide's CoT JSON, imported once: python -m rft.data.cot_json first_round_final_gsm8k_math.json
+    cot) DEFAULT_TRAIN="$DATA_DIR/cot_rl_pool.jsonl" DEFAULT_EVAL="$DATA_DIR/cot_eval.jsonl" ;;
+    *) echo "train_grpo_small.sh: DATASET=$DATASET: expected gsm8k, math or cot" >&2; exit 2 ;;
 esac
 PROMPT_DATA="${PROMPT_DATA:-$DEFAULT_TRAIN}"
 EVAL_DATA="${EVAL_DATA:-$DEFAULT_EVAL}"
 # REWARD=em (exact match, default) or judge (Gemini-judged reasoning quality); REWARD_FUNC=path overrides.
 REWARD_FUNC="${REWARD_FUNC:-$(rft_reward_func)}"
+# The trl preset pays the guide's signed reward: +1 correct, -1 wrong, -0.5 no answer (RFT_REWARD_SCHEME wins).
+[[ "$PRESET" == trl ]] && export RFT_REWARD_SCHEME="${RFT_REWARD_SCHEME:-signed}"
 RUN_NAME="${RUN_NAME:-small-grpo-$DATASET-$PRESET}"
-OUT_ROOT="${OUT_ROOT:-$RFT_ROOT/runs}"
-SAVE_PATH="${SAVE_PATH:-$OUT_ROOT/$RUN_NAME/model}"
-CKPT_PATH="${CKPT_PATH:-$OUT_ROOT/$RUN_NAME/ckpt}"
-export METRICS_LOG_DIR="${METRICS_LOG_DIR:-$OUT_ROOT/$RUN_NAME/metrics}"
-export SAMPLES_LOG_DIR="${SAMPLES_LOG_DIR:-$OUT_ROOT/$RUN_NAME/samples}"
-export SPIKE_LOG_PATH="${SPIKE_LOG_PATH:-$METRICS_LOG_DIR/spike_log.jsonl}"
+rft_local_storage "$RUN_NAME"  # runs/$RUN_NAME/{metrics,samples} (OUT_ROOT); the model and checkpoints beside
+SAVE_PATH="${SAVE_PATH:-$RUN_DIR/model}"
+CKPT_PATH="${CKPT_PATH:-$RUN_DIR/ckpt}"
 
 ARGS=(
     --pretrain "$MODEL"
@@ -87,6 +91,30 @@ ARGS=(
     --max_ckpt_num 2
     --logging_steps 1
 )
+if [[ "$PRESET" == trl ]]; then
+    # The TRL guide: LoRA r16 / alpha 32 / dropout 0.05 on attention (its "~0.28% of parameters" at 1.5B),
+    # KL 0.05, LR 5e-6, T 0.7, top_p 0.9; 4 per device x 4 accumulation = 16 samples per optimizer step
+    # (8 prompts x 2). Warm-up 0.005 (TRL's default is none): the LR preflight's 20-step rule holds on GSM8K
+    # and the CoT pool alike. Later flags win, so these replace the full-parameter recipe above.
+    ARGS+=(
+        --lora_rank 16
+        --lora_alpha 32
+        --lora_dropout 0.05
+        --target_modules q_proj k_proj v_proj o_proj
+        --init_kl_coef 0.05
+        --actor_learning_rate 5e-6
+        --lr_warmup_ratio 0.005
+        --temperature 0.7
+        --top_p 0.9
+        --train_batch_size 16
+        --micro_train_batch_size 4
+    )
+    # LoRA weights reach vLLM through our sync: LORA_SYNC=merge (default) or native, as in the 20b scripts.
+    rft_lora_sync
+elif [[ -n "${LORA_SYNC:-}" ]]; then
+    echo "train_grpo_small.sh: LORA_SYNC=$LORA_SYNC applies to the LoRA preset (--preset trl); $PRESET trains every parameter" >&2
+    exit 2
+fi
 if [[ "$EVAL_STEPS" != -1 ]]; then
     # Greedy pass@1 on the held-out set.
     ARGS+=(

@@ -34,6 +34,24 @@ rft_storage() {
     export SPIKE_LOG_PATH="${SPIKE_LOG_PATH:-$METRICS_LOG_DIR/spike_log.jsonl}"
 }
 
+# rft_local_storage RUN_NAME: the single-GPU and CPU layout, everything of a run under $OUT_ROOT/RUN_NAME (default
+# runs/ of this checkout): metrics, samples and spike logs here; the script puts its model and checkpoints beside.
+# shellcheck disable=SC2034  # OUT_ROOT and RUN_DIR are read by the sourcing script
+rft_local_storage() {
+    OUT_ROOT="${OUT_ROOT:-$RFT_ROOT/runs}"
+    RUN_DIR="$OUT_ROOT/$1"
+    export METRICS_LOG_DIR="${METRICS_LOG_DIR:-$RUN_DIR/metrics}"
+    export SAMPLES_LOG_DIR="${SAMPLES_LOG_DIR:-$RUN_DIR/samples}"
+    export SPIKE_LOG_PATH="${SPIKE_LOG_PATH:-$METRICS_LOG_DIR/spike_log.jsonl}"
+}
+
+# rft_metrics_globs: where the launch scripts put a run's metrics directory, one glob per line: the node layout
+# (rft_storage) and the local one (rft_local_storage), from the same functions with '*' for the run name.
+rft_metrics_globs() {
+    (unset METRICS_LOG_DIR SAMPLES_LOG_DIR SPIKE_LOG_PATH; rft_storage '*'; echo "$METRICS_LOG_DIR")
+    (unset METRICS_LOG_DIR SAMPLES_LOG_DIR SPIKE_LOG_PATH; rft_local_storage '*'; echo "$METRICS_LOG_DIR")
+}
+
 # rft_switch VAR DEFAULT FLAG: append the store_true FLAG to ARGS when ${VAR:-DEFAULT} is 1 (VAR=0 drops it).
 rft_switch() {
     local value="${!1:-$2}"

@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -58,10 +60,11 @@ def adapter_weights_file(adapter_dir: str | os.PathLike) -> Path:
     )
 
 
-def resolve_base(adapter_dir: str | os.PathLike, base: str | None = None) -> Path:
+def resolve_base(adapter_dir: str | os.PathLike, base: str | None = None, download: bool = False) -> Path:
     """The base model directory: `base` if given, else the adapter's base_model_name_or_path.
 
-    A name that is not a local directory is looked up in the local Hugging Face cache only.
+    A name that is not a local directory is looked up in the local Hugging Face cache, and fetched from the
+    Hub only with `download` (eval_posthoc.py --download).
     """
     source = "--base" if base else f"{Path(adapter_dir) / ADAPTER_CONFIG} base_model_name_or_path"
     name = base or read_adapter_config(adapter_dir).get("base_model_name_or_path")
@@ -74,23 +77,50 @@ def resolve_base(adapter_dir: str | os.PathLike, base: str | None = None) -> Pat
         if not (path / "config.json").is_file():
             raise MergeError(f"base model {path} (from {source}) has no config.json")
         return path.resolve()
-    cached = hf_cache_dir(str(name))
+    cached = hf_cache_dir(str(name), download)
     if cached is None:
         raise MergeError(
             f"base model {name!r} (from {source}) not found: not a local directory and not in the "
-            "local Hugging Face cache; pass --base PATH"
+            f"local Hugging Face cache{_download_hint(str(name))}; or pass --base PATH"
         )
     return cached
 
 
-def hf_cache_dir(name: str) -> Path | None:
-    """The local Hugging Face cache snapshot of repo id `name` (never downloads), or None."""
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def hub_cache() -> str:
+    """Where Hugging Face keeps (and would download) models: $HF_HUB_CACHE, from HF_HOME."""
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def _download_hint(name: str) -> str:
+    """The opt-in sentence of a not-found message, for names that are Hub ids."""
+    if not HUB_ID.fullmatch(name):
+        return ""
+    return (
+        f" ({hub_cache()}); nothing is downloaded unless asked: pass --download to fetch it into that cache "
+        "(10-60 GB for a base model: keep HF_HOME on the scratch disk, see spare.toml [env])"
+    )
+
+
+def hf_cache_dir(name: str, download: bool = False) -> Path | None:
+    """The local Hugging Face cache snapshot of repo id `name`, or None; with `download`, a Hub id missing
+    from the cache is fetched into it (a failed download is a MergeError naming the cause)."""
     try:
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(name, local_files_only=True))
     except Exception:
-        return None
+        if not (download and HUB_ID.fullmatch(name)):
+            return None
+    print(f"downloading {name} into {hub_cache()} (--download)", file=sys.stderr, flush=True)
+    try:
+        return Path(snapshot_download(name))
+    except Exception as e:
+        raise MergeError(f"--download: fetching {name!r} into {hub_cache()} failed: {e}") from None
 
 
 def adapter_hash(adapter_dir: str | os.PathLike) -> str:
@@ -208,16 +238,16 @@ def sweep_stale_merges(cache: Path) -> list[Path]:
     return removed
 
 
-def check_model_path(path: str | os.PathLike) -> Path:
-    """The model or LoRA adapter directory `path` names (a local dir, or a Hugging Face id already in the
-    local cache, e.g. openai/gpt-oss-20b); else MergeError naming it."""
+def check_model_path(path: str | os.PathLike, download: bool = False) -> Path:
+    """The model or LoRA adapter directory `path` names (a local dir, or a Hugging Face id in the local cache,
+    e.g. openai/gpt-oss-20b, fetched into it only with `download`); else MergeError naming it."""
     src = Path(path).expanduser()
     if not src.is_dir():
-        cached = hf_cache_dir(str(path)) if not src.is_absolute() else None
+        cached = hf_cache_dir(str(path), download) if not src.is_absolute() else None
         if cached is None:
             raise MergeError(
                 f"model path {src} does not exist or is not a directory (nor a model in the local "
-                "Hugging Face cache)"
+                f"Hugging Face cache{_download_hint(str(path))})"
             )
         src = cached
     if not is_adapter_dir(src) and not (src / "config.json").is_file():
@@ -227,11 +257,11 @@ def check_model_path(path: str | os.PathLike) -> Path:
     return src
 
 
-def model_identity(path: str | os.PathLike, base: str | None = None) -> dict:
+def model_identity(path: str | os.PathLike, base: str | None = None, download: bool = False) -> dict:
     """A cheap identity of a model argument (no merge): adapter content hash + base, or dir + config/weights stats."""
-    src = check_model_path(path)
+    src = check_model_path(path, download)
     if is_adapter_dir(src):
-        return {"adapter_sha256": adapter_hash(src), "base": str(resolve_base(src, base))}
+        return {"adapter_sha256": adapter_hash(src), "base": str(resolve_base(src, base, download))}
     weights = sorted([f.name, f.stat().st_size, int(f.stat().st_mtime)] for f in src.glob("*.safetensors"))
     return {
         "model_dir": str(src.resolve()),
@@ -247,13 +277,14 @@ def resolve_model(
     merged_dir: str | os.PathLike | None = None,
     dtype: str = "bfloat16",
     dequantize: bool = True,
+    download: bool = False,
 ) -> tuple[Path, dict]:
     """A loadable model directory for `path` and a record of how it was obtained (merged, cache hit)."""
-    src = check_model_path(path)
+    src = check_model_path(path, download)
     if not is_adapter_dir(src):
         return src.resolve(), {"kind": "model", "path": str(src.resolve())}
     adapter_weights_file(src)
-    base_dir = resolve_base(src, base)
+    base_dir = resolve_base(src, base, download)
     base_load_kwargs(base_dir, dtype, dequantize)  # refuse unsupported quantization before any heavy work
     key = merge_key(src, base_dir, dtype, dequantize)
     cache = Path(merged_dir) if merged_dir else default_merged_dir()

@@ -404,6 +404,7 @@ def run_evaluation(
     data_dir: str | Path = "data",
     grade_fn: Callable | None = None,
     log: Callable[[str], None] = print,
+    download: bool = False,
 ) -> dict:
     """Evaluate every (model, dataset, mode) cell, skipping finished ones, then write summary + markdown."""
     from rft.eval.merge import model_identity, resolve_model
@@ -428,7 +429,7 @@ def run_evaluation(
             raise ValueError(f"--dataset {spec}: dataset name {name!r} given twice")
         loaded[name] = (path, load_problems(path, cfg.limit))
     dataset_sha = {name: sha256_file(path) for name, (path, _) in loaded.items()}
-    identities = {name: model_identity(path, base) for name, path in models}
+    identities = {name: model_identity(path, base, download) for name, path in models}
     run = RunDir(run_dir)
     keys = {
         (m, d, mo): cell_key(identities[m], dataset_sha[d], mo, cfg)
@@ -453,7 +454,7 @@ def run_evaluation(
         if not pending:
             continue
         model_dir, record = resolve_model(
-            path, base=base, merged_dir=merged_dir, dtype=merge_dtype, dequantize=dequantize
+            path, base=base, merged_dir=merged_dir, dtype=merge_dtype, dequantize=dequantize, download=download
         )
         merges[name] = record
         if record["kind"] == "adapter":

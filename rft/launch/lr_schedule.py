@@ -15,7 +15,8 @@ import argparse
 import math
 import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from rft.io import iter_jsonl
 
@@ -98,6 +99,11 @@ class Verdict:
         return not self.errors
 
 
+def _pct(frac: float) -> str:
+    """A share as a percentage, with two significant digits below 1% (0.08%, not 0.1%)."""
+    return f"{frac * 100:.2g}%" if 0 < frac < 0.01 else f"{frac:.1%}"
+
+
 def evaluate(s: Schedule, check_step: int = CHECK_STEP, min_fraction: float = MIN_FRACTION) -> Verdict:
     """Apply the pre-flight rules to a schedule."""
     errors, warnings = [], []
@@ -118,7 +124,7 @@ def evaluate(s: Schedule, check_step: int = CHECK_STEP, min_fraction: float = MI
         at = s.lr_after(check_step)
         if at < min_fraction * s.lr:
             errors.append(
-                f"LR after scheduler step {check_step} is {at:.3e} = {at / s.lr:.1%} of the target {s.lr:.3e} "
+                f"LR after scheduler step {check_step} is {at:.3e} = {_pct(at / s.lr)} of the target {s.lr:.3e} "
                 f"(< {min_fraction:.0%}): the step budget is spent in warm-up or decay"
             )
     if s.lora_rank > 0 and s.lr < LORA_TYPICAL_LR / LORA_FAR_BELOW:
@@ -145,6 +151,126 @@ def evaluate(s: Schedule, check_step: int = CHECK_STEP, min_fraction: float = MI
     return Verdict(errors, warnings)
 
 
+SCAN_LIMIT = 100_000  # candidate values tried per knob beyond the binary search
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One value that makes a refused schedule pass, with the schedule it was re-checked on."""
+
+    knob: str  # "--lr_warmup_ratio", "--num_episodes" or "pool"
+    value: float | int | None  # None: no value of this knob alone passes
+    schedule: Schedule | None
+    text: str
+
+
+def _passes(s: Schedule, check_step: int, min_fraction: float) -> bool:
+    return evaluate(s, check_step, min_fraction).ok
+
+
+def _ratio_text(ratio: float) -> str:
+    """A ratio as a plain decimal (0.000026, not 2.6e-05)."""
+    return f"{ratio:.12f}".rstrip("0").rstrip(".") or "0"
+
+
+def _largest_warmup_ratio(s: Schedule, check_step: int, min_fraction: float) -> Suggestion:
+    """The largest --lr_warmup_ratio below the current one that passes (rounded down to few digits, re-checked)."""
+    t = s.total_steps
+    w_max = min(s.warmup_steps, math.floor(check_step / min_fraction + 1e-9) + 1)
+    for w in range(w_max, -1, -1):
+        exact = w / t if t > 0 else 0.0
+        if exact >= s.warmup_ratio:
+            continue
+        for digits in range(2, 8):  # the shortest decimal at or below w / t whose schedule passes
+            scale = 10 ** (digits - 1 - math.floor(math.log10(exact))) if exact > 0 else 1
+            ratio = float(_ratio_text(math.floor(exact * scale) / scale))
+            cand = replace(s, warmup_ratio=ratio)
+            if _passes(cand, check_step, min_fraction):
+                return Suggestion(
+                    "--lr_warmup_ratio", ratio, cand,
+                    f"--lr_warmup_ratio {_ratio_text(ratio)} (warm-up {cand.warmup_steps} of {t} steps, "
+                    f"LR after step {check_step} = {cand.lr_after(check_step) / s.lr:.1%} of target)",
+                )
+    return Suggestion("--lr_warmup_ratio", None, None,
+                      f"--lr_warmup_ratio: no value passes at {t} scheduler steps")
+
+
+def _nearest_int(s: Schedule, make: Callable[[int], Schedule], current: int, check_step: int,
+                 min_fraction: float) -> tuple[int, Schedule] | None:
+    """The passing value of an integer knob nearest to `current`: the largest below it when the warm-up is too
+    long (binary search on warm-up steps, then a scan), else the smallest above it."""
+    w_cap = math.floor(check_step / min_fraction + 1e-9)
+    if s.warmup_steps > w_cap:
+        lo, hi = 1, current - 1  # largest x in [lo, hi] with warm-up <= w_cap (warm-up grows with x)
+        if hi < lo or make(lo).warmup_steps > w_cap:
+            start = lo
+        else:
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if make(mid).warmup_steps <= w_cap:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            start = lo
+        candidates = range(min(start, current - 1), max(0, start - SCAN_LIMIT), -1)
+    else:
+        candidates = range(current + 1, current + 1 + SCAN_LIMIT)
+    for x in candidates:
+        cand = make(x)
+        if _passes(cand, check_step, min_fraction):
+            return x, cand
+    return None
+
+
+def suggest(s: Schedule, check_step: int = CHECK_STEP, min_fraction: float = MIN_FRACTION) -> list[Suggestion]:
+    """For a refused schedule: the warm-up ratio, episode count and pool size that pass, each alone, each
+    re-checked with `evaluate` on the schedule it builds. Empty when the schedule passes or the scheduler
+    is not the modelled one."""
+    if s.scheduler != "cosine_with_min_lr" or _passes(s, check_step, min_fraction):
+        return []
+    out = [_largest_warmup_ratio(s, check_step, min_fraction)]
+    below = s.warmup_steps > math.floor(check_step / min_fraction + 1e-9)
+    ep = _nearest_int(s, lambda e: replace(s, num_episodes=e), s.num_episodes, check_step, min_fraction)
+    if ep is None:
+        per_ep = replace(s, num_episodes=1)
+        out.append(Suggestion(
+            "--num_episodes", None, None,
+            f"--num_episodes: none passes on this pool (1 episode = {per_ep.total_steps} steps, "
+            f"warm-up {per_ep.warmup_steps})",
+        ))
+    else:
+        e, cand = ep
+        out.append(Suggestion(
+            "--num_episodes", e, cand,
+            f"--num_episodes {e} ({'the most' if below else 'the fewest'} that passes: {cand.total_steps} steps, "
+            f"warm-up {cand.warmup_steps}, LR after step {check_step} = {cand.lr_after(check_step) / s.lr:.1%})",
+        ))
+    pool = _nearest_int(s, lambda p: replace(s, pool=p), s.pool, check_step, min_fraction)
+    if pool is None:
+        out.append(Suggestion("pool", None, None, "pool: no size passes with these episodes and warm-up"))
+    else:
+        p, cand = pool
+        limit = f"at most {p}" if below else f"at least {p}"
+        rbs = s.rollout_batch_size or 0
+        if below and rbs and p % rbs and p - p % rbs >= rbs:  # a whole number of rollout batches, if it passes
+            whole = replace(s, pool=p - p % rbs)
+            if _passes(whole, check_step, min_fraction):
+                limit = f"{whole.pool} = {whole.pool // rbs} whole rollout batches; at most {p} pass"
+                p, cand = whole.pool, whole
+        how = f"--max_samples {p} or a smaller PROMPT_DATA" if below else "a larger PROMPT_DATA"
+        out.append(Suggestion(
+            "pool", p, cand,
+            f"a pool of {p} prompts ({limit}; {how}: {cand.total_steps} steps, "
+            f"warm-up {cand.warmup_steps}, LR after step {check_step} = {cand.lr_after(check_step) / s.lr:.1%})",
+        ))
+    return out
+
+
+def suggestion_line(suggestions: list[Suggestion]) -> str:
+    """One line naming what would pass (each value alone, the others as given)."""
+    return "passes with any one of (each re-checked): " + "; ".join(x.text for x in suggestions)
+
+
 def key_steps(s: Schedule) -> list[int]:
     """Scheduler steps worth a table row: start, warm-up end, the check step, quarters, end."""
     t, w = s.total_steps, s.warmup_steps
@@ -154,8 +280,8 @@ def key_steps(s: Schedule) -> list[int]:
     return sorted(c for c in cands if 0 <= c <= t)
 
 
-def report(s: Schedule, verdict: Verdict) -> str:
-    """Human-readable summary: totals, then LR at key steps in scheduler and rollout units."""
+def report(s: Schedule, verdict: Verdict, check_step: int = CHECK_STEP, min_fraction: float = MIN_FRACTION) -> str:
+    """Human-readable summary: totals, LR at key steps in scheduler and rollout units, what would pass."""
     spr = s.steps_per_rollout
     lines = [
         f"pool {s.pool}  n_samples_per_prompt {s.n_samples_per_prompt}  train_batch_size {s.train_batch_size}  "
@@ -175,6 +301,9 @@ def report(s: Schedule, verdict: Verdict) -> str:
         lines.append(f"{k:>10} {roll:>12} {s.lr_after(k):>11.3e} {s.lr_after(k) / s.lr:>9.1%}")
     lines += [f"WARNING: {w}" for w in verdict.warnings]
     lines += [f"ABORT: {e}" for e in verdict.errors]
+    hints = suggest(s, check_step, min_fraction) if not verdict.ok else []
+    if hints:
+        lines.append(f"WOULD PASS: {suggestion_line(hints)}")
     lines.append("LR preflight: OK" if verdict.ok else "LR preflight: FAILED")
     return "\n".join(lines)
 
@@ -286,7 +415,7 @@ def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -
         print(f"preflight_lr: {e}", file=sys.stderr)
         return 2
     verdict = evaluate(sched, ours.check_step, ours.min_fraction)
-    print(report(sched, verdict))
+    print(report(sched, verdict, ours.check_step, ours.min_fraction))
     return 0 if verdict.ok else 1
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rft.io import atomic_write_json
-from rft.provenance import GitError, git, package_versions
+from rft.provenance import REPO_ROOT, GitError, git, package_versions
 
 
 def attempt_number(branch: str, env_value: str | None) -> int:
@@ -119,6 +119,7 @@ def build_record(profile: str, command: list[str], command_text: str, state: Git
         "gpus": facts.get("gpus"),
         "env": env,
         "host": socket.gethostname(),
+        "repo": str(REPO_ROOT),  # the checkout that launched (monitor.sh finds its latest run by it)
         "started_utc": datetime.datetime.now(datetime.UTC).isoformat(),
         "started_local": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "chat_date": date,  # eval_posthoc.py --chat-date: the date rendered into the training prompts

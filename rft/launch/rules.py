@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rft.io import iter_jsonl_lines, sha256_file
 from rft.launch.judge_check import judge_rule
-from rft.launch.lr_schedule import evaluate, report, schedule_from_args
+from rft.launch.lr_schedule import evaluate, report, schedule_from_args, suggest, suggestion_line
 from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, parse_args
 from rft.problems import problem_hash
 from rft.provenance import REPO_ROOT, patch_state
@@ -469,6 +469,9 @@ def run_checks(
             verdict = evaluate(sched)
             facts["lr_preflight"] = report(sched, verdict)
             rep.errors += [f"LR preflight: {e}" for e in verdict.errors]
+            hints = suggest(sched) if not verdict.ok else []
+            if hints:
+                rep.errors.append(f"LR preflight: {suggestion_line(hints)}")
             rep.warnings += [f"LR preflight: {w}" for w in verdict.warnings]
             if verdict.ok:
                 rep.notes.append(

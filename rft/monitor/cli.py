@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -19,6 +20,7 @@ from rich.text import Text
 
 from rft.monitor.diagnosis import Thresholds, diagnose, exit_code
 from rft.monitor.early_stop import DEFAULT_PROBE_SIZE, DEFAULT_Z
+from rft.monitor.latest import from_environment
 from rft.monitor.logs import (
     JsonlTail,
     MetricsLog,
@@ -141,6 +143,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--interval", type=float, default=5.0, help="seconds between --follow polls (default: %(default)s)"
     )
+    p.add_argument(
+        "--gpu-mem-warn",
+        type=float,
+        default=0.95,
+        help="--follow: warn when a GPU's memory use exceeds this share (default: %(default)s)",
+    )
+    p.add_argument(
+        "--gpu-idle-minutes",
+        type=float,
+        default=5.0,
+        help="--follow: warn when every GPU sits at 0%% utilisation this long, a possible deadlock "
+        "(default: %(default)s)",
+    )
     return p
 
 
@@ -161,10 +176,34 @@ def thresholds(args: argparse.Namespace) -> Thresholds:
     )
 
 
-def gpu_usage() -> str:
-    """One line per GPU from nvidia-smi (utilization, memory), or 'n/a' without it."""
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU as nvidia-smi reports it: utilisation in percent, memory in MiB."""
+
+    index: int
+    util: float
+    used_mib: float
+    total_mib: float
+
+
+def parse_nvidia_smi(text: str) -> list[GpuSample]:
+    """Rows of `nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits`."""
+    out = []
+    for line in text.strip().splitlines():
+        fields = [x.strip() for x in line.split(",")]
+        if len(fields) != 4:
+            continue
+        try:
+            out.append(GpuSample(int(fields[0]), float(fields[1]), float(fields[2]), float(fields[3])))
+        except ValueError:  # "[N/A]" on some boards
+            continue
+    return out
+
+
+def gpu_samples() -> list[GpuSample] | str:
+    """This machine's GPUs from nvidia-smi, or the reason there are none."""
     if not shutil.which("nvidia-smi"):
-        return "GPU: n/a (no nvidia-smi)"
+        return "no nvidia-smi"
     try:
         out = subprocess.run(
             [
@@ -178,12 +217,51 @@ def gpu_usage() -> str:
             check=True,
         ).stdout
     except (subprocess.SubprocessError, OSError) as e:
-        return f"GPU: n/a ({e.__class__.__name__})"
-    parts = []
-    for line in out.strip().splitlines():
-        i, util, used, total = (x.strip() for x in line.split(","))
-        parts.append(f"{i}:{util}% {int(used) / 1024:.0f}/{int(total) / 1024:.0f}G")
-    return "GPU " + "  ".join(parts)
+        return e.__class__.__name__
+    return parse_nvidia_smi(out)
+
+
+def gpu_usage(samples: list[GpuSample] | str) -> str:
+    """One line: utilisation and memory of every GPU, or 'n/a' and why."""
+    if isinstance(samples, str):
+        return f"GPU: n/a ({samples})"
+    return "GPU " + "  ".join(
+        f"{g.index}:{g.util:.0f}% {g.used_mib / 1024:.0f}/{g.total_mib / 1024:.0f}G" for g in samples
+    )
+
+
+@dataclass
+class GpuWatch:
+    """The guide's GPU warning signs over successive nvidia-smi samples: memory above `mem_warn` of a GPU (OOM
+    imminent), and every GPU at 0% utilisation for `idle_seconds` (a deadlock: in the 8-GPU split one group
+    idles while the other works, so only all of them idle at once is suspicious)."""
+
+    mem_warn: float = 0.95
+    idle_seconds: float = 300.0
+    idle_since: float | None = None
+
+    def update(self, now: float, samples: list[GpuSample] | str) -> list[str]:
+        """Alerts for this sample (`now` in seconds); an empty list when healthy or without GPUs."""
+        if isinstance(samples, str) or not samples:
+            self.idle_since = None
+            return []
+        alerts = [
+            f"GPU {g.index} memory {g.used_mib / g.total_mib:.0%} > {self.mem_warn:.0%}: OOM imminent (lower "
+            "--micro_train_batch_size or --vllm_gpu_memory_utilization, or offload)"
+            for g in samples
+            if g.total_mib > 0 and g.used_mib / g.total_mib > self.mem_warn
+        ]
+        if all(g.util == 0 for g in samples):
+            self.idle_since = now if self.idle_since is None else self.idle_since
+            idle = now - self.idle_since
+            if idle >= self.idle_seconds:
+                alerts.append(
+                    f"every GPU at 0% utilisation for {idle / 60:.0f} min: possible deadlock (is the metrics log "
+                    "still growing? read the Ray worker logs, py-spy dump the actor)"
+                )
+        else:
+            self.idle_since = None
+        return alerts
 
 
 def disk_free(paths: list[str]) -> str:
@@ -204,16 +282,19 @@ def disk_paths(args: argparse.Namespace) -> list[str]:
     return [p for p in (os.environ.get("SAVE_PATH"), args.ckpt_path, metrics_dir) if p]
 
 
-def render(log: MetricsLog, args: argparse.Namespace, live: bool) -> Group:
-    """Step table, verdicts and (live only) GPU/disk lines as one renderable."""
+def render(
+    log: MetricsLog, args: argparse.Namespace, live: bool, gpus: list[GpuSample] | str = "", alerts: list[str] = ()
+) -> Group:
+    """Step table, verdicts and (live only) GPU alerts, GPU and disk lines as one renderable."""
     spikes, _ = read_spikes(args.spike_log or spike_log_path(args.metrics))
     verdicts = diagnose(log, spikes, thresholds(args))
     parts = [rich_step_table(log, args.last or 12), rich_verdict_table(verdicts)]
     if log.notes:
         parts.append(Text(f"log notes ({len(log.notes)}): " + " | ".join(log.notes[-3:]), style="dim"))
     if live:
+        parts += [Text(f"WARN  gpu: {a}", style="bold red") for a in alerts]
         parts.append(
-            Text(gpu_usage() + "\n" + disk_free(disk_paths(args)) + f"\nupdated {time.strftime('%H:%M:%S')}")
+            Text(gpu_usage(gpus) + "\n" + disk_free(disk_paths(args)) + f"\nupdated {time.strftime('%H:%M:%S')}")
         )
     return Group(*parts)
 
@@ -222,6 +303,7 @@ def follow(args: argparse.Namespace, console: Console) -> int:
     """Live view until Ctrl-C; waits for the metrics file to appear."""
     path = metrics_path(args.metrics)
     log, tail = MetricsLog(path=path), JsonlTail(path)
+    watch = GpuWatch(mem_warn=args.gpu_mem_warn, idle_seconds=args.gpu_idle_minutes * 60)
     resets = 0
     with Live(Text(f"waiting for {path} ..."), console=console, refresh_per_second=1) as live:
         try:
@@ -230,8 +312,12 @@ def follow(args: argparse.Namespace, console: Console) -> int:
                 if tail.resets != resets:  # the file was truncated or replaced: start over
                     log, resets = MetricsLog(path=path), tail.resets
                 feed_lines(log, lines)
+                gpus = gpu_samples()
+                alerts = watch.update(time.monotonic(), gpus)
                 if log.records:
-                    live.update(render(log, args, live=True))
+                    live.update(render(log, args, live=True, gpus=gpus, alerts=alerts))
+                elif alerts:
+                    live.update(Text(f"waiting for {path} ...\n" + "\n".join(f"WARN  gpu: {a}" for a in alerts)))
                 time.sleep(args.interval)
         except KeyboardInterrupt:
             return 0
@@ -241,7 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = build_parser().parse_args(argv)
     if not args.metrics:
-        build_parser().error("no metrics directory: pass one or set METRICS_LOG_DIR")
+        latest, globs = from_environment()
+        if latest is None:
+            where = f" and no run of this checkout in {', '.join(globs)}" if globs else ""
+            build_parser().error(f"no metrics directory: pass one or set METRICS_LOG_DIR{where}")
+        args.metrics = str(latest.metrics_dir)
+        args.ckpt_path = args.ckpt_path or latest.ckpt_path()
+        print(f"monitor: the latest run of this checkout: {args.metrics}", file=sys.stderr)
     console = Console()
     if args.follow:
         return follow(args, console)

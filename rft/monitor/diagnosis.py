@@ -57,6 +57,10 @@ class Thresholds:
     judge_fail_warn: float = 0.2
     judge_fail_stop: float = 0.5
     high_but_wrong_warn: float = 0.05
+    boxed_steady: float = 0.9
+    ratio_max_warn: float = 10.0
+    logratio_raw_warn: float = 5.0
+    reward_zero_steps: int = 3
 
 
 def exit_code(verdicts: Sequence[Verdict]) -> int:
@@ -163,7 +167,7 @@ SMOKE = "smoke"
 
 
 def _first(log: MetricsLog, name: str, th: Thresholds) -> list[tuple[int, float]]:
-    steps = log.steps()[: th.smoke_steps]
+    steps = log.train_steps()[: th.smoke_steps]
     return [(s, v) for s, v in log.series(name) if steps and s <= steps[-1]]
 
 
@@ -284,7 +288,7 @@ def movement(log: MetricsLog, th: Thresholds) -> Verdict:
         if log.series("kl") or log.series("logprobs_diff"):
             return Verdict(g, c, MISSING, "kl is 0 at every step: no reference model (init_kl_coef 0)")
         return _missing(g, c, "kl/logprobs_diff")
-    if len(log.steps()) < th.not_moving_after:
+    if len(log.train_steps()) < th.not_moving_after:
         return Verdict(
             g,
             c,
@@ -300,7 +304,7 @@ def movement(log: MetricsLog, th: Thresholds) -> Verdict:
             g,
             c,
             WARN,
-            ev + f" after {len(log.steps())} steps: barely moving (not 'stable')",
+            ev + f" after {len(log.train_steps())} steps: barely moving (not 'stable')",
             "Learning rate too low for LoRA: raise it (5e-7 -> 1e-6 -> 2e-6); check LR warmup reached target.",
         )
     return Verdict(g, c, PASS, ev)
@@ -385,7 +389,7 @@ PLAYBOOK = {
 
 
 def _window(log: MetricsLog, name: str, th: Thresholds) -> list[tuple[int, float]]:
-    steps = log.steps()[-th.window :]
+    steps = log.train_steps()[-th.window :]
     return [(s, v) for s, v in log.series(name) if steps and s >= steps[0]]
 
 
@@ -439,7 +443,7 @@ class Window:
     @classmethod
     def of(cls, log: MetricsLog, spikes: Sequence[Spike], th: Thresholds) -> Window:
         sig = _signal(log)
-        return cls(log, spikes, th, log.steps()[-th.window :], sig, _window(log, sig, th),
+        return cls(log, spikes, th, log.train_steps()[-th.window :], sig, _window(log, sig, th),
                    [abs(v) for _, v in _window(log, "kl", th)], [v for _, v in _window(log, "entropy", th)])
 
     @property
@@ -459,6 +463,25 @@ def non_finite(w: Window) -> Finding:
     return Verdict(PLAY, "non-finite values", FAIL, ", ".join(bad[:8]), PLAYBOOK["non-finite values"]) if bad else None
 
 
+def learned_before(w: Window) -> bool:
+    """The run learned before the window: the window's mean of the signal is 5 points and two standard errors
+    above the first 5 steps before it, or the probe rose beyond its binomial noise since its first eval."""
+    first = [v for s, v in w.log.series(w.signal)[:5] if s < w.steps[0]]
+    win = [v for _, v in w.pts]
+    if len(first) >= 3 and len(win) >= 3:
+        gain = _mean(win) - _mean(first)
+        se = math.sqrt(statistics.variance(first) / len(first) + statistics.variance(win) / len(win))
+        if gain > 0.05 and gain > 2 * se:
+            return True
+    key = probe_key(w.log, w.th)
+    evals = w.log.series(key) if key else []
+    if len(evals) >= 2:
+        p0 = evals[0][1]
+        noise = 2 * math.sqrt(max(p0 * (1 - p0), 1 / w.th.probe_size) / w.th.probe_size) * math.sqrt(2)
+        return evals[-1][1] - p0 > noise
+    return False
+
+
 def flat_learning(w: Window) -> Finding:
     """The training signal's fitted trend over the window is neither significant nor 5 points."""
     if len(w.pts) < 10:
@@ -466,6 +489,8 @@ def flat_learning(w: Window) -> Finding:
     slope, se = trend(w.pts)
     if abs(slope / se) >= 2 or abs(slope * (w.steps[-1] - w.steps[0])) >= 0.05:
         return None
+    if learned_before(w):
+        return None  # a plateau after learning, not a run that does not learn
     ev = f"{w.signal} {fmt(w.pts[0][1])} -> {fmt(w.pts[-1][1])} over {w.span} (slope {fmt(slope)}/step +- {fmt(se)})"
     if w.kl:
         ev += f"; |kl| median {fmt(statistics.median(w.kl))}"
@@ -567,16 +592,113 @@ def entropy_collapse(w: Window) -> Finding:
     if not (recent < 0.5 * first or (recent < 1.0 <= first and recent < 0.8 * first)):
         return None
     ev = f"{w.log.key_for('entropy')} {fmt(first)} (first 3 steps) -> {fmt(recent)} (last 3 steps)"
+    p10 = w.log.series("entropy_p10")
+    if len(p10) >= 6:
+        ev += f"; entropy_p10 {fmt(_mean([v for _, v in p10[:3]]))} -> {fmt(_mean([v for _, v in p10[-3:]]))}"
     return Verdict(PLAY, "entropy collapse", WARN, ev, PLAYBOOK["entropy collapse"])
 
 
+# ---------------------------------------------------------------- the guide's named thresholds
+
+
+GUIDE = "thresholds"
+GUIDE_ACTIONS = {
+    "boxed": "Format compliance below the guide's 90%: check truncation (a cut-off answer has no box) and the "
+    "prompt's instruction; below 95% the guide's SFT decision applies (bash train_sft.sh).",
+    "ratios": "Tokens where the policy moved far from the rollout policy: tighten eps_clip (0.2 -> 0.1), keep "
+    "the log-ratio clamp, lower the LR; the spike log names the prompts.",
+    "ppo_kl": "ppo_kl estimates KL(rollout policy || current policy) on the rollout's own tokens, which cannot "
+    "be negative on average: the old log-probs are not those of the policy that sampled (off-policy rollouts, "
+    "a weight sync that did not land) or numerics. Check rollout/trainer agreement (vllm_kl); lower the LR.",
+    "reward0": "The reward fell to 0 mid-run: a reward function or judge that broke (reward_defaulted, "
+    "judge_fail_rate), a data file that changed, or a collapsed policy; read the latest samples_stepN.jsonl.",
+}
+
+
+def boxed_steady_state(w: Window) -> Finding:
+    """has_boxed averaged over the last 5 steps, once past the smoke-test steps, stays above 90%."""
+    pts = w.log.series("has_boxed")
+    if not pts:
+        return "has_boxed steady state (has_boxed)"
+    past = w.log.train_steps()[w.th.smoke_steps - 1] if len(w.log.train_steps()) >= w.th.smoke_steps else None
+    steady = [(s, v) for s, v in pts if past is not None and s > past]
+    if len(steady) < 5:
+        return None
+    recent = _mean([v for _, v in steady[-5:]])
+    if recent >= w.th.boxed_steady:
+        return None
+    ev = (f"has_boxed {recent:.0%} over steps {steady[-5][0]}-{steady[-1][0]} (< {w.th.boxed_steady:.0%}); "
+          f"{pts[0][1]:.0%} at step {pts[0][0]}")
+    return Verdict(GUIDE, "has_boxed >= 90% in steady state", WARN, ev, GUIDE_ACTIONS["boxed"])
+
+
+def extreme_ratios(w: Window) -> Finding:
+    """ratio_max above 10 (an extreme importance ratio) or logratio_raw_max above 5 (before the clamp)."""
+    ratio, raw = _window(w.log, "ratio_max", w.th), _window(w.log, "logratio_raw_max", w.th)
+    if not ratio and not raw:
+        return "extreme log-prob ratios (ratio_max, logratio_raw_max)"
+    parts = []
+    for name, pts, limit in (("ratio_max", ratio, w.th.ratio_max_warn), ("logratio_raw_max", raw, w.th.logratio_raw_warn)):
+        over = [(s, v) for s, v in pts if v > limit]
+        if over:
+            shown = ", ".join(f"{fmt(v)}@{s}" for s, v in over[:5]) + (f", ... {len(over) - 5} more" if len(over) > 5 else "")
+            parts.append(f"{name} > {fmt(limit)} at {len(over)} of {len(pts)} steps ({shown})")
+    if not parts:
+        return None
+    return Verdict(GUIDE, "extreme log-prob ratios", WARN, "; ".join(parts) + f" over {w.span}", GUIDE_ACTIONS["ratios"])
+
+
+def negative_ppo_kl(w: Window) -> Finding:
+    """ppo_kl negative at 70% of the last 10 steps with a mean below -negative_kl_tol."""
+    pts = _window(w.log, "ppo_kl", w.th)[-10:]
+    if len(pts) < 3:
+        return None if pts else "negative ppo_kl (ppo_kl)"
+    vals = [v for _, v in pts]
+    neg = sum(v < 0 for v in vals) / len(vals)
+    if not (_mean(vals) < -w.th.negative_kl_tol and neg >= 0.7):
+        return None
+    ev = f"ppo_kl negative at {neg:.0%} of steps {pts[0][0]}-{pts[-1][0]} (mean {fmt(_mean(vals))})"
+    return Verdict(GUIDE, "ppo_kl not negative", WARN, ev, GUIDE_ACTIONS["ppo_kl"])
+
+
+def reward_drops_to_zero(w: Window) -> Finding:
+    """The reward at 0 for `reward_zero_steps` consecutive steps after it was above 0: FAIL while it lasts."""
+    pts = w.log.series("reward_mean")
+    if not pts:
+        return "reward drops to zero (reward_mean)"
+    runs, start = [], None  # (first, last) index of each run of zero-reward steps after a non-zero one
+    seen_reward = False
+    for i, (_, v) in enumerate(pts):
+        if abs(v) <= 1e-6 and seen_reward:
+            start = i if start is None else start
+        else:
+            if start is not None:
+                runs.append((start, i - 1))
+            start, seen_reward = None, seen_reward or abs(v) > 1e-6
+    if start is not None:
+        runs.append((start, len(pts) - 1))
+    runs = [(a, b) for a, b in runs if b - a + 1 >= w.th.reward_zero_steps]
+    if not runs:
+        return None
+    a, b = runs[-1]
+    before = [v for _, v in pts[max(0, a - 5) : a]]
+    ongoing = b == len(pts) - 1
+    ev = (f"{w.log.key_for('reward_mean')} 0 at steps {pts[a][0]}-{pts[b][0]}"
+          f"{' (to the latest step)' if ongoing else ''}, after a mean of {fmt(_mean(before))} over the "
+          f"{len(before)} steps before")
+    return Verdict(GUIDE, "reward not dropping to 0", FAIL if ongoing else WARN, ev, GUIDE_ACTIONS["reward0"])
+
+
+GUIDE_RULES = (boxed_steady_state, extreme_ratios, negative_ppo_kl, reward_drops_to_zero)
+
+
 PLAYBOOK_RULES = (non_finite, flat_learning, instability, reward_hacking, loss_grad_spikes, length_collapse,
-                  high_truncation, entropy_collapse)
+                  high_truncation, entropy_collapse, *GUIDE_RULES)
 
 
 def playbook(log: MetricsLog, spikes: Sequence[Spike], th: Thresholds) -> list[Verdict]:
     """Match the tuning playbook's scenarios over the last `window` steps; each with evidence and actions."""
-    steps = log.steps()[-th.window :]
+    steps = log.train_steps()[-th.window :]
     if len(steps) < 6:
         return [Verdict(PLAY, "playbook diagnosis", INFO, f"{len(steps)} step(s) logged; needs 6")]
     w = Window.of(log, spikes, th)

@@ -55,6 +55,11 @@ def _number(value: object) -> float | None:
     return None
 
 
+def _is_eval_key(key: str) -> bool:
+    """Keys of an eval record: eval results and the bookkeeping that comes with them."""
+    return key.startswith("eval_") or key in ("event", "timestamp")
+
+
 def _step_of(obj: dict) -> int | None:
     """The record's global step (`global_step`, else `step`), or None."""
     for key in ("global_step", "step"):
@@ -102,6 +107,10 @@ class MetricsLog:
     def steps(self) -> list[int]:
         """Logged steps, ascending."""
         return sorted(self.records)
+
+    def train_steps(self) -> list[int]:
+        """Steps with a training metric, ascending: not a step holding only eval results (the step-0 baseline)."""
+        return [s for s in self.steps() if any(not _is_eval_key(k) for k in self.records[s])]
 
     def keys(self) -> set[str]:
         """Every metric key seen in any record."""

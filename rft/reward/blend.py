@@ -7,7 +7,7 @@
   for wrong answers pays for pleasing the judge, so loading it logs a warning.
 
 When every model fails for a sample the quality is the running mean of recent successful judgements (the
-failure shifts nothing on average) and `judge_ok` is 0. Configured by RFT_JUDGE_MODE, RFT_JUDGE_WEIGHTS
+failure shifts nothing on average; RFT_JUDGE_FALLBACK=em: 0, exact match alone) and `judge_ok` is 0. Configured by RFT_JUDGE_MODE, RFT_JUDGE_WEIGHTS
 (`em,quality`), RFT_REWARD_SCHEME and the RFT_JUDGE_* settings of `rft.reward.judge`.
 """
 

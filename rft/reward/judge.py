@@ -145,6 +145,9 @@ def default_cache_path(env: Mapping[str, str]) -> Path | None:
     return Path.home() / ".cache" / "rft" / CACHE_FILE
 
 
+FALLBACKS = ("mean", "em")  # RFT_JUDGE_FALLBACK: what a sample every model failed on is scored with
+
+
 @dataclass(frozen=True)
 class JudgeConfig:
     """Every judge setting; `from_env()` reads the RFT_JUDGE_* variables (see the README)."""
@@ -163,6 +166,7 @@ class JudgeConfig:
     prices: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_PRICES))
     fallback_window: int = 256
     prior_quality: float = 0.5
+    fallback: str = "mean"  # when every model fails: "mean" (running mean of successes) or "em" (quality 0)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> JudgeConfig:
@@ -178,6 +182,9 @@ class JudgeConfig:
                 f"RFT_JUDGE_MODELS names {unpriced} without a price; add them to RFT_JUDGE_PRICES "
                 "(model=in/out USD per million tokens)"
             )
+        fallback = env.get("RFT_JUDGE_FALLBACK", "mean").strip().lower() or "mean"
+        if fallback not in FALLBACKS:
+            raise JudgeConfigError(f"RFT_JUDGE_FALLBACK={fallback!r}: use one of {list(FALLBACKS)}")
         level = env.get("RFT_JUDGE_THINKING_LEVEL", "low").strip().lower()
         if level not in ("", "none", "minimal", "low", "medium", "high"):
             raise JudgeConfigError(f"RFT_JUDGE_THINKING_LEVEL={level!r}: use minimal, low, medium, high or none")
@@ -196,6 +203,7 @@ class JudgeConfig:
             prices=prices,
             fallback_window=int(_env_number(env, "RFT_JUDGE_FALLBACK_WINDOW", 256, 1, 1e6)),
             prior_quality=_env_number(env, "RFT_JUDGE_PRIOR", 0.5, 0, 1),
+            fallback=fallback,
         )
 
 
@@ -494,8 +502,9 @@ class Judge:
         self.thinking = thinking
 
     def fallback_quality(self) -> float:
-        """What a sample every model failed on gets: the running mean of recent successful scores."""
-        return self.successes.value()
+        """What a sample every model failed on gets: the running mean of recent successful scores (fallback
+        "mean"), or 0, leaving the exact-match part alone (fallback "em", the gpt-oss-120b README's rule)."""
+        return self.successes.value() if self.cfg.fallback == "mean" else 0.0
 
     def _call(self, model: str, system: str, user: str) -> tuple[float, str, tuple[int, int]]:
         """One generateContent call; (score, reason, tokens) or an exception (MalformedJudgement carries tokens)."""

@@ -15,7 +15,7 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
@@ -75,6 +75,25 @@ def format_age(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+SCRATCH = Path("/mnt/scratch")
+SCRATCH_CACHES = {  # the guide's spare environment: model and kernel caches on the scratch disk, not the boot disk
+    "HF_HOME": "hf",
+    "TRANSFORMERS_CACHE": "hf/transformers",
+    "HF_DATASETS_CACHE": "hf/datasets",
+    "VLLM_CACHE_DIR": "vllm_cache",
+}
+
+
+def job_env(configured: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None,
+            scratch: Path = SCRATCH) -> dict[str, str]:
+    """Variables a job gets on top of the server's environment: each of SCRATCH_CACHES (under `scratch`) this
+    host's environment does not set already, when the scratch disk exists here; then `configured` (spare.toml
+    [env], run --env), which wins."""
+    environ = os.environ if environ is None else environ
+    out = {k: str(scratch / rel) for k, rel in SCRATCH_CACHES.items() if k not in environ} if scratch.is_dir() else {}
+    return {**out, **dict(configured or {})}
 
 
 class JobRunner:
@@ -179,9 +198,11 @@ class JobRunner:
     def _job_path(self) -> str:
         return os.pathsep.join([str(Path(self.python).parent), os.environ.get("PATH", os.defpath)])
 
-    def start(self, name: str, argv: Sequence[str]) -> JobInfo:
-        """Start argv detached in tmux session NAME, in the repo dir; refuses a NAME still running."""
+    def start(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> JobInfo:
+        """Start argv detached in tmux session NAME, in the repo dir; refuses a NAME still running. The job gets
+        `job_env(env)`: the caches on the scratch disk, and `env` (spare.toml [env], run --env) on top."""
         check_name(name)
+        extra = job_env(env)
         argv = self.resolve_argv(argv)
         server = self.server
         session = self._session(name)
@@ -210,13 +231,14 @@ class JobRunner:
                 "log": str(log),
                 "status": str(status),
                 "python": self.python,
+                "env": extra,
             },
         )
         log.touch()
         if server.is_alive():  # a server started without our config must still keep dead panes
             server.cmd("set-option", "-g", "remain-on-exit", "on")
         wrapper = [shutil.which("bash") or "/bin/bash", str(WRAPPER), str(status), str(log), str(argv_file)]
-        env = {"PATH": self._job_path(), "PYTHONUNBUFFERED": "1", "RFT_JOB_NAME": name}
+        env = {**extra, "PATH": self._job_path(), "PYTHONUNBUFFERED": "1", "RFT_JOB_NAME": name}
         server.new_session(
             session_name=name,
             start_directory=str(self.repo),

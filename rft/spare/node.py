@@ -11,6 +11,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -35,6 +36,7 @@ ENV_KEYS = {  # env var -> config key
     "RFT_SPARE_DATA": "data",
     "RFT_TMUX_SOCKET": "tmux_socket",
 }
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Exit codes of our remote scripts, mapped to one-line advice by SpareError.
 RC_NO_REPO, RC_NO_CLI, RC_NO_PYTHON, RC_NOT_GIT, RC_NOT_FF, RC_SSH = 97, 98, 99, 96, 93, 255
 
@@ -63,6 +65,7 @@ class SpareConfig:
     ssh_options: tuple[str, ...] = ()
     data: tuple[str, ...] = ("data",)
     tmux_socket: str = "rft"
+    env: tuple[tuple[str, str], ...] = ()  # spare.toml [env]: variables every job gets (caches on scratch)
     source: str = "defaults"
     extra: dict = field(default_factory=dict, compare=False)
 
@@ -82,6 +85,13 @@ def _coerce(key: str, value: object, where: str) -> object:
         if not 0 < port < 65536:
             raise SpareError(f"{where}: port {port} out of range 1-65535")
         return port
+    if key == "env":
+        if not isinstance(value, dict):
+            raise SpareError(f"{where}: env must be a table of NAME = \"value\" (e.g. [env] HF_HOME = \"/mnt/scratch/hf\")")
+        for name, val in value.items():
+            if not ENV_NAME.fullmatch(name) or not isinstance(val, str):
+                raise SpareError(f"{where}: env.{name} must be a variable name with a string value")
+        return tuple(sorted(value.items()))
     if key in ("ssh_options", "data"):
         if isinstance(value, str):
             value = shlex.split(value) if key == "ssh_options" else [v for v in value.split(",") if v]
@@ -109,7 +119,7 @@ def load_config(
             raw = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:
             raise SpareError(f"{cfg_path}: not valid TOML ({e})") from None
-        known = set(ENV_KEYS.values())
+        known = set(ENV_KEYS.values()) | {"env"}
         for key, value in raw.items():
             if key not in known:
                 raise SpareError(f"{cfg_path}: unknown key {key!r} (known: {', '.join(sorted(known))})")

@@ -6,7 +6,9 @@ Files (each line one JSON object; all writers are no-ops when their directory/pa
   ``BasePPOTrainer.save_logs_and_checkpoints`` (sync and async trainers): ``global_step`` (int, the rollout
   step), ``timestamp`` (Unix seconds) and every numeric metric under OpenRLHF's own key; non-finite values are
   written as null. Built-in eval results arrive as a second line for the same ``global_step`` holding
-  ``eval_<datasource>_pass<n>`` / ``eval_<datasource>_pass1`` (OpenRLHF 0.9.3's names) and ``"event": "eval"``.
+  ``eval_<datasource>_pass<n>`` / ``eval_<datasource>_pass1`` (OpenRLHF 0.9.3's names) and ``"event": "eval"``;
+  a fresh run with an eval set also logs the base model's eval at ``global_step`` 0 (``RFT_EVAL_AT_START=0``
+  skips it).
 - ``$SAMPLES_LOG_DIR/samples_step<N>.jsonl`` every ``$SAMPLES_LOG_EVERY`` steps (default 10; N = global
   step): one line per rollout sample: ``global_step``, ``prompt``, ``label``, ``response``, ``reward`` and the
   sample's numeric info values (``response_length``, our reward extra_logs, ...).
@@ -38,6 +40,7 @@ from rft.reward.exact_match import EXTRA_LOG_KEYS
 from rft.train.loss_diag import DIAG_KEYS
 from rft.train.numbers import scalar
 from rft.train.robust_rewards import BATCH_KEYS
+from rft.train.token_stats import KEYS as TOKEN_STAT_KEYS
 
 METRICS_FILE = "training_metrics.jsonl"
 SPIKE_FILE = "spike_log.jsonl"
@@ -82,6 +85,8 @@ KNOWN_KEYS = (
     *DIAG_KEYS,
     "grad_norm",
     "grad_norm_steps",
+    # rft: advantage and per-token entropy statistics over every action token of a step (rft.train.token_stats)
+    *TOKEN_STAT_KEYS,
     # rft: LoRA weight sync into vLLM
     "lora_sync_seconds",
     "lora_sync_bytes",
@@ -112,6 +117,14 @@ def samples_every() -> int:
     if every <= 0:
         raise ValueError(f"SAMPLES_LOG_EVERY must be a positive integer, got {raw!r}")
     return every
+
+
+def eval_at_start() -> bool:
+    """Whether the patched trainer runs the built-in eval before the first step ($RFT_EVAL_AT_START, default 1)."""
+    raw = os.environ.get("RFT_EVAL_AT_START", "1").strip()
+    if raw not in ("0", "1"):
+        raise ValueError(f"RFT_EVAL_AT_START must be 0 or 1, got {raw!r}")
+    return raw == "1"
 
 
 def spike_log_path() -> Path | None:

@@ -129,6 +129,8 @@ def test_monitor_raises_the_sync_drift_alarm_only_without_the_sync(runs):
     assert code == 2 and "FAIL    agreement: rollout/trainer agreement: sync drift" in out, out
     code, out = verdicts["sync"]
     assert "PASS    agreement: rollout/trainer agreement" in out and code < 2, out
+    # the step-0 eval is the probe's baseline: a run that learns is neither "reward hacking" nor "flat learning"
+    assert "reward hacking" not in out and "flat learning" not in out, out
 
 
 def test_the_run_dir_holds_metrics_samples_spikes_checkpoints_adapter_and_dashboard(runs):
@@ -143,7 +145,13 @@ def test_the_run_dir_holds_metrics_samples_spikes_checkpoints_adapter_and_dashbo
     assert (run_dir / "final" / "adapter_config.json").exists()
     assert not list((run_dir / "final").glob("model*.safetensors")), "the frozen base must not be saved"
     evals = [json.loads(x) for x in (run_dir / "metrics" / "training_metrics.jsonl").read_text().splitlines()]
-    assert [r["global_step"] for r in evals if r.get("event") == "eval"] == [8, 16, 24, 32]
+    assert [r["global_step"] for r in evals if r.get("event") == "eval"] == [0, 8, 16, 24, 32]  # 0: the base model
+    rows = train_rows(run_dir)
+    for key in ("advantage_mean", "advantage_std", "advantage_max", "advantage_min", "entropy_mean", "entropy_p10",
+                "entropy_p90"):
+        assert all(r.get(key) is not None for r in rows), key
+    assert all(r["entropy_p10"] <= r["entropy_mean"] <= r["entropy_p90"] for r in rows)
+    assert all(abs(r["entropy_mean"] - r["entropy_loss"]) < 0.05 for r in rows)  # two routes to the same mean
     record = json.loads(next((run_dir / "metrics").glob("run_record_*.json")).read_text())
     assert record["profile"] == "cpu" and record["attempt_tag"] is None
 

@@ -172,8 +172,21 @@ def test_hub_ids_resolve_from_the_local_cache_only(tiny, tmp_path, monkeypatch):
     cfg["base_model_name_or_path"] = "openai/gpt-oss-tiny"
     (moved / "adapter_config.json").write_text(json.dumps(cfg))
     assert resolve_base(moved) == snapshot
-    with pytest.raises(MergeError, match=r"openai/gpt-oss-absent does not exist.*local Hugging Face cache"):
+    with pytest.raises(MergeError, match=r"openai/gpt-oss-absent does not exist.*local Hugging Face cache") as e:
         resolve_model("openai/gpt-oss-absent")
+    # Nothing is fetched unless asked; the refusal names the opt-in flag and the cache it would fill.
+    assert "nothing is downloaded unless asked: pass --download" in str(e.value)
+    assert str(tmp_path / "hub") in str(e.value)
+    cfg["base_model_name_or_path"] = "openai/gpt-oss-absent"
+    (moved / "adapter_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(MergeError, match=r"'openai/gpt-oss-absent' .* not found.*pass --download"):
+        resolve_base(moved)
+    # With --download the fetch is attempted (offline here, so it fails and says so).
+    with pytest.raises(MergeError, match=r"--download: fetching 'openai/gpt-oss-absent' into .*hub.* failed"):
+        resolve_model("openai/gpt-oss-absent", download=True)
+    with pytest.raises(MergeError, match=r"--download: fetching"):
+        resolve_base(moved, download=True)
+    assert resolve_model("openai/gpt-oss-tiny", download=True)[0] == snapshot.resolve()  # cached: no fetch
 
 
 def test_missing_adapter_weights_is_named(tiny, tmp_path):

@@ -473,6 +473,8 @@ def test_bad_input_exits_2_and_names_it(world, tmp_path, capsys):
     (lost / "adapter_config.json").write_text(json.dumps(cfg))
     err = run(model=f"lora={lost}")
     assert "'/mnt/nowhere/gpt-oss-20b'" in err and "not found" in err and "--base" in err
+    hub = run(model="base=nobody/absent-model-xyz")  # a Hub id not in the cache: refused, opt-in named
+    assert "nothing is downloaded unless asked: pass --download" in hub
 
     bad = write_jsonl(
         tmp_path / "nolabel.jsonl", [{"input": "What is 1+1?", "label": "2"}, {"input": "2+2?"}]

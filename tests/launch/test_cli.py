@@ -111,8 +111,9 @@ def test_dry_run_passes_the_real_parser(name, patched_root, data_dir, tmp_path, 
     recipe = recipe_20b(data_dir)
     expected = {
         "train_grpo_20b.sh": dict(recipe, pretrain="openai/gpt-oss-20b", vllm_pretrain="openai/gpt-oss-20b"),
+        # the guide's 120b column: eps_clip 0.1, not the attempt-26 0.2 of train_grpo_20b.sh
         "train_grpo_120b.sh": dict(recipe, lora_rank=64, lora_alpha=128, actor_learning_rate=1e-6, init_kl_coef=0.0,
-                                   rollout_batch_size=8, train_batch_size=8, generate_max_len=3072,
+                                   rollout_batch_size=8, train_batch_size=8, generate_max_len=3072, eps_clip=0.1,
                                    lr_warmup_ratio=0.03, num_episodes=50, offload=True, adam_offload=True,
                                    gradient_checkpointing_use_reentrant=True,
                                    pretrain=str(tmp_path / "disk" / "models" / "gpt-oss-120b-bf16"),
@@ -222,6 +223,11 @@ def test_full_pool_attempt26_schedule_is_refused(patched_root, data_dir, tmp_pat
     assert res.returncode == 1
     assert "total scheduler steps     500000" in res.stderr and "warm-up steps             25000" in res.stderr
     assert "LR preflight: LR after scheduler step 20 is" in res.stderr
+    # The refusal names what passes; each named value passes the launcher's own checks.
+    assert "--lr_warmup_ratio 0.00013 " in res.stderr and "--max_samples 128 " in res.stderr
+    for fix in (["--lr_warmup_ratio", "0.00013"], ["--max_samples", "128"]):
+        again = run_script("train_grpo_20b.sh", script_env(patched_root, big, tmp_path), "--dry-run", *fix)
+        assert again.returncode == 0, (fix, again.stderr)
     ok = run_script("train_grpo_20b_a28b.sh", script_env(patched_root, big, tmp_path), "--dry-run")
     assert ok.returncode == 0, ok.stderr
 
@@ -244,6 +250,20 @@ def test_small_presets_and_resume(patched_root, data_dir, tmp_path, monkeypatch)
     assert seen["fast"] == (200, 1, 2, 256) and seen["3hour"] == (1000, 3, 4, 512)
     assert len(set(seen.values())) == 4
     assert run_script("train_grpo_small.sh", env, "--preset", "weekly", "--dry-run").returncode == 2
+    # The TRL guide's preset: LoRA r16/a32/dropout 0.05, KL 0.05, LR 5e-6, T 0.7, top_p 0.9, 2048 tokens, the
+    # signed reward, 16 samples per optimizer step; LoRA weights through LORA_SYNC like the 20b scripts.
+    res = run_script("train_grpo_small.sh", env, "--preset", "trl", "--dry-run")
+    assert res.returncode == 0, res.stderr
+    _, a = parsed_command(res.stdout, patched_root, monkeypatch)
+    assert (a.lora_rank, a.lora_alpha, a.lora_dropout, a.init_kl_coef, a.actor_learning_rate) == (16, 32, 0.05, 0.05, 5e-6)
+    assert (a.temperature, a.top_p, a.generate_max_len, a.n_samples_per_prompt, a.num_episodes) == (0.7, 0.9, 2048, 2, 3)
+    assert (a.train_batch_size, a.micro_train_batch_size) == (16, 4)
+    assert a.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    assert a.vllm_sync_lora_via_object_store and not a.vllm_sync_lora_native
+    native = run_script("train_grpo_small.sh", {**env, "LORA_SYNC": "native"}, "--preset", "trl", "--dry-run")
+    assert native.returncode == 0 and parsed_command(native.stdout, patched_root, monkeypatch)[1].vllm_sync_lora_native
+    full = run_script("train_grpo_small.sh", {**env, "LORA_SYNC": "native"}, "--preset", "fast", "--dry-run")
+    assert full.returncode == 2 and "applies to the LoRA preset" in full.stderr
     ckpt = tmp_path / "runs" / "small-grpo-gsm8k-fast" / "ckpt" / "_actor"
     ckpt.mkdir(parents=True)
     (ckpt / "latest").write_text("global_step10")

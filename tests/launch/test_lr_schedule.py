@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import torch
 from transformers import get_scheduler
 
 from rft.io import atomic_write_jsonl
-from rft.launch.lr_schedule import Schedule, count_pool, evaluate, main
+from rft.launch.lr_schedule import Schedule, count_pool, evaluate, main, suggest
 from tests.support.patched_openrlhf import stub_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,3 +168,50 @@ def test_shell_launch_flags_count_the_pool(tmp_path):
 def test_main_in_process_env_form(capsys):
     assert main([], {"POOL": "400", "NS": "8", "TBS": "16", "EP": "1", "WARMUP": "0.05", "LR": "5e-7"}) == 0
     assert "rollout steps (global_step in the metrics log) 25" in capsys.readouterr().out
+
+
+BASE_20B = dict(pool=50_000, n_samples_per_prompt=8, train_batch_size=16, rollout_batch_size=16, num_episodes=20,
+                lr=5e-7, warmup_ratio=0.05, lora_rank=32)
+BASE_120B = dict(pool=50_000, n_samples_per_prompt=8, train_batch_size=8, rollout_batch_size=8, num_episodes=50,
+                 lr=1e-6, warmup_ratio=0.03, lora_rank=64)
+
+
+@pytest.mark.parametrize("base,ratio,pool,pool_max", [(BASE_20B, 0.00013, 128, 133), (BASE_120B, 0.000026, 40, 44)])
+def test_suggestions_for_the_base_scripts(base, ratio, pool, pool_max):
+    """The full-pool recipes are refused; each suggested value passes alone and is the largest that does."""
+    s = Schedule(**base)
+    assert not evaluate(s).ok
+    by = {x.knob: x for x in suggest(s)}
+    warm, eps, size = by["--lr_warmup_ratio"], by["--num_episodes"], by["pool"]
+    assert warm.value == ratio and evaluate(replace(s, warmup_ratio=ratio)).ok
+    # One more warm-up step fails: the ratio is (to its printed digits) the largest that passes.
+    assert not evaluate(replace(s, warmup_ratio=(warm.schedule.warmup_steps + 2) / s.total_steps)).ok
+    assert eps.value is None and "none passes" in eps.text  # one episode alone warms up for > 1000 steps
+    assert not evaluate(replace(s, num_episodes=1)).ok
+    whole = evaluate(replace(s, pool=pool))
+    assert size.value == pool and whole.ok and not any("not a multiple" in w for w in whole.warnings)
+    assert evaluate(replace(s, pool=pool_max)).ok and not evaluate(replace(s, pool=pool_max + 1)).ok
+    assert f"at most {pool_max} pass" in size.text and f"--max_samples {pool}" in size.text
+
+
+def test_suggestions_for_a_run_too_short():
+    """20 scheduler steps in all: the fewest episodes and the smallest pool that pass."""
+    s = Schedule(pool=40, n_samples_per_prompt=8, train_batch_size=16, rollout_batch_size=16, num_episodes=1,
+                 lr=5e-7, warmup_ratio=0.05)
+    by = {x.knob: x for x in suggest(s)}
+    assert by["--lr_warmup_ratio"].value is None
+    assert by["--num_episodes"].value == 2 and "the fewest" in by["--num_episodes"].text
+    p = by["pool"].value
+    assert evaluate(replace(s, pool=p)).ok and not evaluate(replace(s, pool=p - 1)).ok
+    assert suggest(replace(s, num_episodes=2)) == []  # a passing schedule gets no suggestion
+
+
+def test_suggested_flags_pass_the_preflight_itself(capsys):
+    """Re-run the preflight CLI with each value it names for train_grpo_20b.sh's schedule: exit 0 every time."""
+    env = {"POOL": "50000", "NS": "8", "TBS": "16", "EP": "20", "WARMUP": "0.05", "LR": "5e-7"}
+    assert main([], env) == 1
+    out = capsys.readouterr().out
+    assert "WOULD PASS:" in out and "--lr_warmup_ratio 0.00013 " in out and "--max_samples 128 " in out
+    assert main(["--lr_warmup_ratio", "0.00013"], env) == 0
+    assert main([], {**env, "POOL": "128"}) == 0
+    assert main(["--lr_warmup_ratio", "0.00014"], env) == 1  # 70 warm-up steps: 28.6% at step 20

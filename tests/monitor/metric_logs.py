@@ -155,6 +155,44 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
             row.update(judge_fail_rate=0.0, reward_high_but_wrong=_clip(0.01 + 0.004 * s + rng.gauss(0, 0.005)),
                        reward_mean_wrong=0.1 + 0.003 * s)  # fmt: skip
         evals = _binomial_scores(rng, lambda s: 0.38 + 0.004 * s)
+    elif name == "format_drift":
+        # has_boxed slides from 93% to ~80% after step 15: above the smoke test's 50%, below the guide's 90%.
+        rows = [base_row(s, rng) for s in range(1, STEPS + 1)]
+        for row in rows:
+            row["has_boxed"] = _clip(0.93 - 0.006 * max(0, row["global_step"] - 15) + rng.gauss(0, 0.005))
+        evals = _binomial_scores(rng, lambda s: 0.38 + 0.004 * s)
+    elif name == "ratio_tail":
+        # Importance ratios past the guide's limits at a few steps (log-ratio 2.7 -> ratio 15; raw 6.1 -> 445),
+        # gradient norms normal: not a loss/grad spike.
+        rows = [base_row(s, rng) for s in range(1, STEPS + 1)]
+        rows[24].update(logratio_raw_max=2.7, logratio_max=2.7, ratio_max=14.9)
+        rows[31].update(logratio_raw_max=6.1, logratio_max=6.1, ratio_max=445.9)
+        evals = _binomial_scores(rng, lambda s: 0.38 + 0.004 * s)
+    elif name == "negative_ppo_kl":
+        # ppo_kl below zero step after step from step 25 (old log-probs not from the sampling policy).
+        rows = [base_row(s, rng) for s in range(1, STEPS + 1)]
+        for row in rows[24:]:
+            row["ppo_kl"] = -3e-3 + rng.gauss(0, 5e-4)
+        evals = _binomial_scores(rng, lambda s: 0.38 + 0.004 * s)
+    elif name == "reward_dropout":
+        # A learning run whose reward falls to 0 at step 37 and stays there (a judge or reward file broke).
+        rows = [base_row(s, rng) for s in range(1, STEPS + 1)]
+        for row in rows[36:]:
+            row.update(reward=0.0, reward_mean=0.0, correctness=0.0, reward_std=0.0, reward_max=0.0)
+        evals = _binomial_scores(rng, lambda s: 0.38 + 0.004 * s)
+    elif name in ("showcase", "showcase_no_baseline"):
+        # The CPU demonstration's shape: reward 0.08 -> 0.44 by step 16, then a plateau to step 32; the probe
+        # (eval every 8 steps) from the base model's 0.10 at step 0 to ~0.80, as in the run. Without the
+        # step-0 eval the probe starts at 0.81 at step 8, after most of the learning.
+        rows = []
+        for s in range(1, 33):
+            row = base_row(s, rng)
+            r = _clip(0.08 + 0.36 * min(s, 16) / 16 + rng.gauss(0, 0.03))
+            row.update(reward=r, reward_mean=r, correctness=r, kl=2e-3 * min(s, 16) / 16 + 1e-3)
+            rows.append(row)
+        evals = {8: 0.81, 16: 0.83, 24: 0.79, 32: 0.80}
+        if name == "showcase":
+            evals = {0: 0.10, **evals}
     elif name == "upstream_only":
         keep = {"global_step", "timestamp", "reward", "kl", "logprobs_diff", "policy_loss", "actor_lr",
                 "ppo_kl", "ppo_clip_ratio", "response_length", "total_length", "truncated", "group_reward_std"}
@@ -163,7 +201,7 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
     else:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     by_step = _eval_rows(evals)
-    out = []
+    out = [by_step[0]] if 0 in by_step else []  # the base model's eval, before step 1
     for row in rows:
         out.append(row)
         if row["global_step"] in by_step:
@@ -172,7 +210,8 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
 
 
 SCENARIOS = ("healthy", "flat", "spiking", "hacking", "collapsing", "unstable", "truncating", "early_stop",
-             "broken_sync", "sync_drift", "nan_loss", "smoke_fail", "upstream_only", "judge_failing", "judge_pleasing")
+             "broken_sync", "sync_drift", "nan_loss", "smoke_fail", "upstream_only", "judge_failing", "judge_pleasing",
+             "format_drift", "ratio_tail", "negative_ppo_kl", "reward_dropout", "showcase", "showcase_no_baseline")
 
 
 def write_scenario(name: str, directory: Path) -> Path:

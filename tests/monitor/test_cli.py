@@ -159,16 +159,88 @@ def test_follow_shows_lines_as_they_arrive(tmp_path):
 
 def test_live_view_shows_gpu_usage_and_free_disk(tmp_path, monkeypatch):
     """GPU line from nvidia-smi (a stand-in script here: no GPU on CI), free disk of the save paths."""
-    from rft.monitor.cli import disk_free, gpu_usage
+    from rft.monitor.cli import disk_free, gpu_samples, gpu_usage
 
     monkeypatch.setenv("PATH", str(tmp_path / "nobin"))
-    assert gpu_usage() == "GPU: n/a (no nvidia-smi)"
+    assert gpu_usage(gpu_samples()) == "GPU: n/a (no nvidia-smi)"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho '0, 97, 70123, 81559'\necho '1, 3, 1024, 81559'\n")
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    assert gpu_usage() == "GPU 0:97% 68/80G  1:3% 1/80G"
+    assert gpu_usage(gpu_samples()) == "GPU 0:97% 68/80G  1:3% 1/80G"
     line = disk_free([str(tmp_path), str(tmp_path / "not-yet")])
     assert line.startswith(f"disk {tmp_path}: ") and "GiB free" in line and "not-yet" not in line
+
+
+def test_gpu_watch_memory_and_deadlock():
+    """The guide's GPU signs over a sequence of nvidia-smi samples: > 95% memory now; all GPUs idle 5 minutes."""
+    from rft.monitor.cli import GpuWatch, parse_nvidia_smi
+
+    busy = parse_nvidia_smi("0, 100, 60000, 81559\n1, 0, 30000, 81559\n")  # one group works, the other waits
+    full = parse_nvidia_smi("0, 100, 78500, 81559\n1, 0, 30000, 81559\n")  # 96% on GPU 0
+    idle = parse_nvidia_smi("0, 0, 60000, 81559\n1, 0, 30000, 81559\n")
+    assert parse_nvidia_smi("0, [N/A], 1, 2\ngarbage\n") == []
+    watch = GpuWatch()
+    assert watch.update(0, busy) == []
+    alerts = watch.update(5, full)
+    assert len(alerts) == 1 and alerts[0].startswith("GPU 0 memory 96% > 95%: OOM imminent")
+    # All idle: silent for the first 5 minutes, then a deadlock warning until any GPU works again.
+    assert [watch.update(t, idle) for t in (10, 100, 309)] == [[], [], []]
+    late = watch.update(310, idle)
+    assert len(late) == 1 and "every GPU at 0% utilisation for 5 min: possible deadlock" in late[0]
+    assert watch.update(320, busy) == [] and watch.update(330, idle) == []  # the idle clock restarted
+    assert watch.update(700, idle) and GpuWatch().update(0, "no nvidia-smi") == []
+    # One group idle for an hour while the other works is the normal 8-GPU split, not a deadlock.
+    quiet = GpuWatch()
+    assert all(quiet.update(t, busy) == [] for t in range(0, 3600, 60))
+
+
+def _run_dir(d: Path, repo: str | None, age: float, scenario: str = "healthy") -> Path:
+    """A metrics directory as a launch leaves it: metrics, a run record naming its checkout, written `age` s ago."""
+    write_scenario(scenario, d)
+    rec = d / "run_record_20260101T000000Z.json"
+    rec.write_text(json.dumps({"repo": repo, "command": ["python", "--ckpt_path", str(d.parent / "ckpt")]}))
+    stamp = time.time() - age
+    for f in d.iterdir():
+        os.utime(f, (stamp, stamp))
+    return d
+
+
+def test_monitor_sh_without_a_directory_finds_the_latest_run_of_this_checkout(tmp_path):
+    """No argument, no METRICS_LOG_DIR: the newest run this checkout launched, in the launch scripts' layout."""
+    scratch, runs = tmp_path / "scratch", tmp_path / "runs"
+    env = {k: v for k, v in os.environ.items() if k not in ("METRICS_LOG_DIR", "CKPT_PATH")}
+    env.update(SCRATCH=str(scratch), OUT_ROOT=str(runs), PYTHON=sys.executable, COLUMNS="200")
+
+    def check() -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(ROOT / "monitor.sh"), "--check"], capture_output=True, text=True,
+                              env=env, timeout=60)
+
+    none = check()
+    assert none.returncode == 2 and f"no run of this checkout in {scratch}/rft_metrics/*, {runs}/*/metrics" in none.stderr
+    _run_dir(scratch / "rft_metrics" / "a29", str(ROOT), age=600, scenario="early_stop")
+    _run_dir(scratch / "rft_metrics" / "elsewhere", "/some/other/checkout", age=0, scenario="smoke_fail")
+    res = check()
+    assert f"latest run of this checkout: {scratch}/rft_metrics/a29" in res.stderr
+    assert res.returncode == 2 and "STOP" in res.stdout
+    _run_dir(runs / "cpu-grpo-qwen2" / "metrics", str(ROOT), age=60)
+    res = check()
+    assert f"latest run of this checkout: {runs}/cpu-grpo-qwen2/metrics" in res.stderr and res.returncode == 0
+
+
+def test_run_of_checkout_by_location_or_record(tmp_path):
+    from rft.monitor.latest import find_latest, of_checkout
+
+    root = tmp_path / "rft"
+    (root / "runs" / "x" / "metrics").mkdir(parents=True)
+    assert of_checkout(root / "runs" / "x" / "metrics", None, root)
+    elsewhere = tmp_path / "scratch" / "r"
+    assert not of_checkout(elsewhere, None, root)
+    assert of_checkout(elsewhere, {"repo": str(root)}, root)
+    assert not of_checkout(elsewhere, {"repo": str(tmp_path / "other")}, root)
+    assert of_checkout(elsewhere, {"command_text": f"python -m x --remote_rm_url {root}/reward_func_em.py"}, root)
+    d = _run_dir(tmp_path / "scratch" / "rft_metrics" / "a30", str(root), age=5)
+    latest = find_latest(root, [str(tmp_path / "scratch" / "rft_metrics" / "*")])
+    assert latest.metrics_dir == d and latest.ckpt_path() == str(d.parent / "ckpt")

@@ -15,7 +15,7 @@ from tests.monitor.metric_logs import SCENARIOS, write_scenario
 EXPECTED = {
     "healthy": (0, {"playbook diagnosis": PASS, "OOD probe early stopping": PASS, "rollout/trainer agreement": PASS}),
     "flat": (1, {"flat learning": WARN, "policy moving from reference": WARN}),
-    "spiking": (1, {"loss/grad spikes": WARN}),
+    "spiking": (1, {"loss/grad spikes": WARN, "extreme log-prob ratios": WARN}),
     "hacking": (1, {"reward hacking": WARN, "OOD probe early stopping": PASS}),
     "collapsing": (1, {"length collapse": WARN, "entropy collapse": WARN}),
     "unstable": (1, {"instability": WARN}),
@@ -29,6 +29,14 @@ EXPECTED = {
     "upstream_only": (0, {"grad_norm non-zero, < 100": MISSING, "has_boxed > 50% and not falling": MISSING}),
     "judge_failing": (1, {"judge failure rate": WARN, "wrong answers paid above their group": PASS}),
     "judge_pleasing": (1, {"judge failure rate": PASS, "wrong answers paid above their group": WARN}),
+    "format_drift": (1, {"has_boxed >= 90% in steady state": WARN, "has_boxed > 50% and not falling": PASS}),
+    "ratio_tail": (1, {"extreme log-prob ratios": WARN}),
+    "negative_ppo_kl": (1, {"ppo_kl not negative": WARN}),
+    "reward_dropout": (2, {"reward not dropping to 0": FAIL, "reward_mean not stuck at 0/1": PASS}),
+    # A run that learned and plateaued: with the base model's step-0 eval nothing fires; without it the probe
+    # starts after the learning and the playbook calls it reward hacking. The plateau is not flat learning.
+    "showcase": (0, {"playbook diagnosis": PASS, "OOD probe early stopping": PASS}),
+    "showcase_no_baseline": (1, {"reward hacking": WARN}),
 }
 
 
@@ -168,3 +176,72 @@ def test_smoke_tests_give_the_playbook_action():
     v = _smoke([{"ppo_clip_ratio": 0.55}] * 6)["ppo_clip_ratio < 40%"]
     assert v.status == FAIL and "--actor_learning_rate" in v.action
     assert _smoke([{"truncated": 0.2}] * 6)["truncated < 50%"].status == PASS
+
+
+def test_guide_thresholds_name_their_steps(tmp_path):
+    by = {v.check: v for v in run("format_drift", tmp_path)}
+    assert "has_boxed 79% over steps 36-40 (< 90%)" in by["has_boxed >= 90% in steady state"].evidence
+    ratios = {v.check: v for v in run("ratio_tail", tmp_path)}["extreme log-prob ratios"]
+    assert "ratio_max > 10 at 2 of 20 steps (14.9@25, 446@32)" in ratios.evidence
+    assert "logratio_raw_max > 5 at 1 of 20 steps (6.1@32)" in ratios.evidence and "eps_clip" in ratios.action
+    kl = {v.check: v for v in run("negative_ppo_kl", tmp_path)}["ppo_kl not negative"]
+    assert "negative at 100% of steps 31-40" in kl.evidence and "vllm_kl" in kl.action
+    zero = {v.check: v for v in run("reward_dropout", tmp_path)}["reward not dropping to 0"]
+    assert "0 at steps 37-40 (to the latest step)" in zero.evidence
+
+
+def _rows(**series: list[float]) -> MetricsLog:
+    log = MetricsLog()
+    n = len(next(iter(series.values())))
+    for i in range(n):
+        log.add({"global_step": i + 1, **{k: v[i] for k, v in series.items()}}, "x")
+    return log
+
+
+def test_reward_zero_mid_run_cases():
+    def verdict(rewards):
+        return {v.check: v for v in diagnose(_rows(reward=rewards))}.get("reward not dropping to 0")
+
+    learning = [0.2, 0.3, 0.3, 0.4, 0.4, 0.5, 0.5, 0.5, 0.5, 0.5]
+    assert verdict(learning) is None
+    recovered = verdict(learning[:5] + [0.0, 0.0, 0.0] + learning[8:])  # three zero steps, then back
+    assert recovered.status == WARN and "0 at steps 6-8," in recovered.evidence
+    assert verdict(learning[:5] + [0.0, 0.0] + learning[7:]) is None  # two zero steps: a hard batch, not a break
+    assert verdict(learning[:7] + [0.0, 0.0, 0.0]).status == FAIL
+    # Zero from the first step is the smoke test's FAIL, not a drop.
+    by = {v.check: v for v in diagnose(_rows(reward=[0.0] * 10))}
+    assert "reward not dropping to 0" not in by and by["reward_mean not stuck at 0/1"].status == FAIL
+
+
+def test_boxed_steady_state_waits_past_the_smoke_steps():
+    def verdict(boxed):
+        return {v.check: v for v in diagnose(_rows(reward=[0.3] * len(boxed), has_boxed=boxed))}.get(
+            "has_boxed >= 90% in steady state")
+
+    assert verdict([0.8] * 10) is None  # 4 steps past the first 6: not yet a steady state
+    assert verdict([0.8] * 11).status == WARN
+    assert verdict([0.7] * 6 + [0.95] * 5) is None  # learnt the format after the smoke steps
+
+
+def test_step0_eval_is_a_baseline_not_a_training_step(tmp_path):
+    """The eval-only record at step 0 leaves the smoke tests' six steps alone and starts the probe's trend."""
+    log = read_metrics(write_scenario("showcase", tmp_path / "s"))
+    assert log.steps()[0] == 0 and log.train_steps()[0] == 1 and len(log.train_steps()) == 32
+    by = {v.check: v for v in diagnose(log)}
+    assert by["reward_mean not stuck at 0/1"].evidence.startswith("steps 1-6:")
+    assert "eval_ood_pass1 latest 80.0% at step 32; best so far step 16 (83.0%)" in by["OOD probe early stopping"].evidence
+    assert log.series("eval_ood_pass1")[0] == (0, 0.10)
+
+
+def test_a_plateau_after_learning_is_not_flat_learning():
+    """Flat over the window: WARN when the run never learned, nothing when it learned before the window."""
+    def verdict(rewards):
+        log = MetricsLog()
+        for s, r in enumerate(rewards, start=1):
+            log.add({"global_step": s, "reward": r}, "x")
+        return {v.check: v for v in diagnose(log)}.get("flat learning")
+
+    wobble = [0.02 * ((i * 7) % 5 - 2) for i in range(20)]  # +-0.04, no trend
+    assert verdict([0.40 + w for w in wobble[:12]] + [0.40 + w for w in wobble]).status == WARN
+    assert verdict([0.10, 0.12, 0.15, 0.20, 0.25, 0.30, 0.35, 0.38, 0.40, 0.41, 0.42, 0.42]
+                   + [0.42 + w for w in wobble]) is None

@@ -26,7 +26,8 @@ NONE = QWEN_PROMPT + "I am not sure.<|im_end|>"
 @pytest.fixture(autouse=True)
 def judge_env(monkeypatch, tmp_path):
     monkeypatch.setenv("GOOGLE_API_KEY", "test-key")
-    for name in ("GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "RFT_JUDGE_WEIGHTS", "RFT_JUDGE_MODE", "RFT_REWARD_SCHEME"):
+    for name in ("GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "RFT_JUDGE_WEIGHTS", "RFT_JUDGE_MODE", "RFT_REWARD_SCHEME",
+                 "RFT_JUDGE_FALLBACK"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("RFT_JUDGE_CACHE", str(tmp_path / "cache.sqlite"))
     monkeypatch.setenv("RFT_JUDGE_MODELS", "m1,m2")
@@ -96,6 +97,23 @@ def test_all_models_failing_gives_the_running_mean_not_zero(judge_server) -> Non
     assert float(out["rewards"][0]) == pytest.approx(0.8 + 0.2 * 0.4)  # mean of 0.2 and 0.6
     assert (logs["judge_ok"], logs["judge_asked"], logs["judge_model_index"]) == (0.0, 1.0, -1.0)
     assert logs["reasoning_quality"] == pytest.approx(0.4)
+
+
+def test_em_fallback_scores_a_failed_judgement_with_quality_0(judge_server, monkeypatch) -> None:
+    """RFT_JUDGE_FALLBACK=em (the gpt-oss-120b README's rule): every model failed -> exact match, quality 0."""
+    monkeypatch.setenv("RFT_JUDGE_FALLBACK", "em")
+    judge_server.scripts["m1"] = [{"score": 0.6}]
+    fn = reward_fn("blend")
+    assert rewards(fn, [RIGHT]) == [0.6 + 0.4 * 0.6]  # a success is scored as always
+    for m in ("m1", "m2"):
+        judge_server.scripts[m] = [{"status": 503}] * 3
+    out = fn([RIGHT.replace("so", "hence"), WRONG, NONE], [QWEN_PROMPT] * 3, ["29"] * 3)
+    assert [round(float(x), 6) for x in out["rewards"]] == [0.6, 0.0, 0.0]  # 0.6 x EM + 0.4 x 0
+    assert [float(x) for x in out["extra_logs"]["reasoning_quality"]] == [0.0, 0.0, 0.0]
+    assert [float(x) for x in out["extra_logs"]["judge_ok"]] == [0.0, 0.0, 0.0]
+    monkeypatch.setenv("RFT_JUDGE_FALLBACK", "zero")
+    with pytest.raises(JudgeConfigError, match="RFT_JUDGE_FALLBACK='zero'"):
+        JudgeConfig.from_env()
 
 
 def test_extra_logs_one_key_set_all_numeric(judge_server) -> None:

@@ -219,3 +219,25 @@ def test_attach_is_a_real_tmux_client(runner, tmux_socket):
             proc.kill()
         os.close(primary)
     assert runner.info("live").state == "running"  # detaching leaves the job alone
+
+
+def test_job_env_puts_caches_on_scratch(tmp_path):
+    """The guide's caches under the scratch disk when it exists, unless this host sets them; configured wins."""
+    from rft.spare.jobs import job_env
+
+    scratch = tmp_path / "scratch"
+    assert job_env({"X": "1"}, environ={}, scratch=scratch) == {"X": "1"}  # no scratch disk: nothing invented
+    scratch.mkdir()
+    env = job_env(None, environ={"VLLM_CACHE_DIR": "/own/choice"}, scratch=scratch)
+    assert env == {"HF_HOME": f"{scratch}/hf", "TRANSFORMERS_CACHE": f"{scratch}/hf/transformers",
+                   "HF_DATASETS_CACHE": f"{scratch}/hf/datasets"}
+    assert job_env({"HF_HOME": "/cfg/hf"}, environ={}, scratch=scratch)["HF_HOME"] == "/cfg/hf"
+
+
+def test_job_gets_its_environment(runner):
+    runner.start("env", ["bash", "-c", 'echo "$HF_HOME|$VLLM_CACHE_DIR"'],
+                 env={"HF_HOME": "/scratch/hf", "VLLM_CACHE_DIR": "/scratch/vllm cache"})
+    info = runner.wait("env", timeout=20)
+    assert info.exit_code == 0 and Path(info.log).read_text() == "/scratch/hf|/scratch/vllm cache\n"
+    meta = json.loads(runner.path("env", ".job.json").read_text())
+    assert meta["env"]["VLLM_CACHE_DIR"] == "/scratch/vllm cache"

@@ -115,6 +115,11 @@ def test_config_file_then_env_then_flag(tmp_path):
     c = load_config(cfg, env={"RFT_SPARE_PORT": "22", "RFT_SPARE_SSH_OPTS": "-o 'A=b c'"})
     assert c.port == 22 and c.ssh_options == ("-o", "A=b c") and c.host == "rlu@10.0.0.3"
     assert load_config(cfg, env={}, host="local").is_local
+    cfg.write_text('host = "x"\n[env]\nHF_HOME = "/mnt/scratch/hf"\nVLLM_CACHE_DIR = "/mnt/scratch/vllm_cache"\n')
+    assert dict(load_config(cfg, env={}).env) == {"HF_HOME": "/mnt/scratch/hf", "VLLM_CACHE_DIR": "/mnt/scratch/vllm_cache"}
+    cfg.write_text('host = "x"\n[env]\n"BAD-NAME" = "1"\n')
+    with pytest.raises(SpareError, match=r"env\.BAD-NAME must be a variable name"):
+        load_config(cfg, env={})
     cfg.write_text('host = "x"\nhots = "typo"\n')
     with pytest.raises(SpareError, match=r"spare\.toml: unknown key 'hots'"):
         load_config(cfg, env={})
@@ -353,3 +358,17 @@ def test_local_mode_runs_on_this_machine(setup):
     assert (s.primary / "logs" / "here.log").read_text() == "local\n"
     assert s.cli("--host", "local", "verify").stderr.startswith("spare.py: error: `verify` compares")
     assert time.time() - json.loads((s.primary / "logs" / "here.job.json").read_text())["started_at"] < 60
+
+
+@needs_ssh
+def test_jobs_get_the_configured_environment_over_ssh(setup, tmp_path):
+    """spare.toml [env] on the primary reaches the job on the spare; run --env overrides one variable."""
+    s = setup
+    cfg = tmp_path / "primary.toml"
+    cfg.write_text('[env]\nHF_HOME = "/mnt/scratch/hf"\nVLLM_CACHE_DIR = "/mnt/scratch/vllm_cache"\n')
+    proc = s.cli("run", "caches", "--wait", "--env", "VLLM_CACHE_DIR=/other/vllm", "--", "bash", "-c",
+                 'echo "$HF_HOME $VLLM_CACHE_DIR"', env={"RFT_SPARE_CONFIG": str(cfg)})
+    assert proc.returncode == 0, proc.stderr
+    assert (s.spare / "logs" / "caches.log").read_text() == "/mnt/scratch/hf /other/vllm\n"
+    bad = s.cli("run", "x", "--env", "nothing", "--", "true", env={"RFT_SPARE_CONFIG": str(cfg)})
+    assert bad.returncode == 2 and "--env 'nothing': expected NAME=VALUE" in bad.stderr

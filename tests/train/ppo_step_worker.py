@@ -3,8 +3,9 @@
 usage: python tests/train/ppo_step_worker.py RANK WORLD_SIZE PORT OUT_JSON   (PYTHONPATH: patched openrlhf, stubs, repo)
 Two `ppo_train` calls on a tiny LoRA Llama in a real ZeRO-3 engine: global step 1 with small advantages, global
 step 2 with huge ones (grad-norm spike). Spies record, around the real code, each micro-batch's ratio statistics
-and prompt ids, each accumulation boundary's `get_global_grad_norm()`, and a plain-torch reference grad norm of
-the first accumulation window; everything is written to OUT_JSON for the test to check.
+and prompt ids, each accumulation boundary's `get_global_grad_norm()`, each micro-batch's action-token advantages and
+per-token entropy, and a plain-torch reference grad norm of the first accumulation window; everything is
+written to OUT_JSON for the test to check.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def main() -> None:
     init_gloo(rank, world, port)
     install_cuda_standins()
     args = trainer_args(["--micro_train_batch_size", "1", "--train_batch_size", str(GA * world), "--lora_rank",
-                         "4", "--lora_alpha", "8", "--target_modules", *TARGETS])
+                         "4", "--lora_alpha", "8", "--target_modules", *TARGETS, "--entropy_loss_coef", "0"])
     model, _ = tiny_lora_model(args)
     calls = [make_experiences(model, rank, 1, 1e-3), make_experiences(model, rank, 2, 1e4)]
     reference = copy.deepcopy(model)
@@ -76,6 +77,16 @@ def main() -> None:
     log = {"micro": [], "boundaries": [], "statuses": [], "prompts": [c[1] for c in calls]}
 
     real_training_step = trainer.training_step
+    real_forward = trainer.actor.forward
+    seen_entropy: list[torch.Tensor] = []
+
+    def forward(*a, **k):  # the per-token entropy the real training step computes (needs --entropy_loss_coef)
+        out = real_forward(*a, **k)
+        if k.get("return_output") and getattr(out[1], "entropy", None) is not None:
+            seen_entropy.append(out[1].entropy.detach().clone())
+        return out
+
+    trainer.actor.forward = forward
 
     def training_step(experience, kl_ctl, step):
         if len(log["micro"]) < GA:  # first accumulation window: same weights as the reference copy
@@ -83,10 +94,15 @@ def main() -> None:
             loss = ref_loss_fn(logp, experience.action_log_probs, experience.advantages,
                                action_mask=experience.action_mask)[0]
             (loss / GA).backward()
+        seen_entropy.clear()
         status = real_training_step(experience, kl_ctl, step)
         seq, att = experience.sequences[0], experience.attention_mask[0]
+        mask = experience.action_mask.bool()
+        entropy = seen_entropy[-1][:, -mask.shape[1]:]
         log["micro"].append({"ratio_stats": dict(trainer.actor_loss_fn.ratio_stats),
-                             "prompt": seq[:PROMPT_LEN][att[:PROMPT_LEN].bool()].tolist()})
+                             "prompt": seq[:PROMPT_LEN][att[:PROMPT_LEN].bool()].tolist(),
+                             "advantages": experience.advantages[mask].tolist(),
+                             "entropy": entropy[mask].tolist()})
         return status
 
     real_step = engine.step
