@@ -6,6 +6,7 @@ set -euo pipefail
 PYTHON="${PYTHON:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/.venv-vllm/bin/python}"
 # shellcheck source=scripts/launch_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
+rft_refuse_gpu_node train_grpo_cpu.sh
 
 ARCH="${ARCH:-qwen2}"                # qwen2 or gpt_oss (bf16, sinks, sliding window, 4 experts)
 RUN_NAME="${RUN_NAME:-cpu-grpo-$ARCH}"

@@ -92,6 +92,24 @@ rft_lora_sync() {
     esac
 }
 
+# rft_gpu_count: GPUs `nvidia-smi -L` lists (0 without nvidia-smi or without a GPU).
+rft_gpu_count() {
+    local listing
+    listing="$(nvidia-smi -L 2>/dev/null)" || { echo 0; return; }
+    grep -c '^GPU ' <<<"$listing" || true
+}
+
+# rft_refuse_gpu_node WHAT: exit 1 where nvidia-smi lists GPUs (the CPU profile's stand-ins must never run there).
+rft_refuse_gpu_node() {
+    local n
+    n="$(rft_gpu_count)"
+    if (( n > 0 )); then
+        echo "$1: refused: nvidia-smi lists $n GPU(s) here. The CPU profile replaces torch.cuda with stand-ins and" \
+            "skips every GPU, disk and git check; on a GPU node use a GPU launch script or \`make train\`." >&2
+        exit 1
+    fi
+}
+
 # rft_launch PROFILE FLAGS...: pre-launch checks, then OpenRLHF (a --dry-run among FLAGS stops after the checks).
 rft_launch() {
     local profile="$1"

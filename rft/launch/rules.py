@@ -360,6 +360,35 @@ def check_gpus(needed: int, profile: Profile, gpus: list[dict] | None, rep: Repo
         )
 
 
+CPU_SITE = REPO_ROOT / "rft" / "cpu" / "site"
+
+
+def standins_rule(profile: Profile, env: dict[str, str], gpus: list[dict] | None) -> list[str]:
+    """The CPU stand-ins never reach a GPU node: the cpu profile refuses GPUs, a GPU profile the stand-ins."""
+    if profile.cpu:
+        if gpus:
+            return [
+                f"CPU profile on a GPU node: nvidia-smi lists {len(gpus)} GPU(s) ({_gpu_label(gpus[0])}, ...); the "
+                "CPU demonstration replaces torch.cuda with stand-ins and skips every GPU, disk and git check. "
+                "Use a GPU launch script (train_grpo_20b_a28a.sh, ...) or `make train`"
+            ]
+        return []
+    errors = []
+    if env.get("RFT_CPU_STANDINS"):
+        errors.append(
+            f"RFT_CPU_STANDINS={env['RFT_CPU_STANDINS']} is set: the CPU profile's torch.cuda stand-ins must not "
+            f"reach a {profile.name} launch; unset it"
+        )
+    site = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+            if p and (Path(p).resolve() == CPU_SITE.resolve() or Path(p).parts[-3:] == ("rft", "cpu", "site"))]
+    if site:
+        errors.append(
+            f"PYTHONPATH holds {site[0]} (the CPU profile's sitecustomize and flash_attn stand-in): remove it "
+            f"before a {profile.name} launch"
+        )
+    return errors
+
+
 def existing_ancestor(path: str) -> Path:
     """The nearest existing directory at or above `path`."""
     p = Path(path).expanduser().absolute()
@@ -479,12 +508,13 @@ def run_checks(
         needed = gpus_needed(a)
     else:
         needed = sft_gpus(profile)
+    gpus = gpu_inventory()
+    rep.errors += standins_rule(profile, dict(os.environ), gpus)
     if profile.cpu:
         rep.notes.append(f"GPUs: none used; {needed} logical GPU(s) in the private Ray on 127.0.0.1 (CPU profile)")
         if getattr(a, "vllm_sync_lora_skip", False):
             rep.warnings.append("--vllm_sync_lora_skip: the ablation run, rollouts stay on the base model")
     else:
-        gpus = gpu_inventory()
         facts["gpus"] = gpus
         check_gpus(needed, profile, gpus, rep)
         if getattr(a, "vllm_sync_lora_skip", False):

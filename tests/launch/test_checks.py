@@ -544,3 +544,52 @@ def test_a_few_rows_without_a_label_are_carried_and_counted(tmp_path):
     atomic_write_jsonl(path, rows)
     with pytest.raises(ValueError, match=r"pool.jsonl:11: missing or empty key 'label'.*3 of 200 rows"):
         rules.scan_jsonl(str(path), ["input", "label"], "label")
+
+
+FAKE_SMI_8 = """#!/usr/bin/env bash
+# stand-in for the 8xH100 node's nvidia-smi: `-L` and the CSV query the launcher reads
+for i in 0 1 2 3 4 5 6 7; do
+    if [[ "${1:-}" == -L ]]; then echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-fake-$i)"
+    else echo "$i, NVIDIA H100 80GB HBM3, 81559"; fi
+done
+"""
+
+
+def fake_gpu_path(tmp_path: Path) -> str:
+    """PATH with a fake nvidia-smi listing 8 H100s first."""
+    bin_dir = tmp_path / "gpubin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "nvidia-smi").write_text(FAKE_SMI_8)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}"
+
+
+def test_standins_rule_keeps_the_cpu_profile_and_the_gpu_profiles_apart():
+    h100 = [{"index": 0, "name": "NVIDIA H100", "memory_gib": 79.6}]
+    cpu, gpu = rules.PROFILES["cpu"], rules.PROFILES["20b"]
+    assert rules.standins_rule(cpu, {}, None) == [] and rules.standins_rule(cpu, {}, []) == []
+    assert "CPU profile on a GPU node: nvidia-smi lists 1 GPU(s)" in rules.standins_rule(cpu, {}, h100)[0]
+    assert rules.standins_rule(gpu, {"PYTHONPATH": str(ROOT)}, h100) == []
+    (err,) = rules.standins_rule(gpu, {"RFT_CPU_STANDINS": "1"}, h100)
+    assert "RFT_CPU_STANDINS=1 is set" in err
+    (err,) = rules.standins_rule(gpu, {"PYTHONPATH": f"{ROOT}:/elsewhere/rft/cpu/site"}, h100)
+    assert "PYTHONPATH holds /elsewhere/rft/cpu/site" in err
+
+
+def test_cpu_profile_is_refused_on_a_gpu_node(patched_root, data_dir, tmp_path):
+    """With nvidia-smi listing 8 GPUs neither the CPU script nor RFT_PROFILE=cpu on a GPU script gets through."""
+    env = script_env(patched_root, data_dir, tmp_path, PATH=fake_gpu_path(tmp_path))
+    res = run_script("train_grpo_cpu.sh", env, "--dry-run")
+    assert res.returncode == 1 and "train_grpo_cpu.sh: refused: nvidia-smi lists 8 GPU(s)" in res.stderr
+    assert res.stdout == ""
+    res = run_script("train_grpo_20b.sh", {**env, "RFT_PROFILE": "cpu"}, "--dry-run")
+    assert res.returncode == 1 and "ERROR CPU profile on a GPU node: nvidia-smi lists 8 GPU(s)" in res.stderr
+
+
+def test_gpu_profile_refuses_the_cpu_standins(patched_root, data_dir, tmp_path):
+    env = script_env(patched_root, data_dir, tmp_path, PATH=fake_gpu_path(tmp_path))
+    res = run_script("train_grpo_20b.sh", {**env, "RFT_CPU_STANDINS": "1"}, "--dry-run")
+    assert res.returncode == 1 and "ERROR RFT_CPU_STANDINS=1 is set" in res.stderr
+    site = str(ROOT / "rft" / "cpu" / "site")
+    res = run_script("train_grpo_120b.sh", {**env, "PYTHONPATH": site}, "--dry-run")
+    assert res.returncode == 1 and f"ERROR PYTHONPATH holds {site}" in res.stderr
