@@ -95,6 +95,8 @@ rft_resume train_grpo_cpu.sh
 rft_switch SYNC_OFF 0 --vllm_sync_lora_skip
 
 if [[ "$DRY_RUN" == 0 ]]; then
+    # one launch per run directory: refuse now, before building anything, when another holds it (rft/launch/lock.py)
+    "$PYTHON" -m rft.launch.lock "$METRICS_LOG_DIR" "$CKPT_PATH"
     [[ -f "$INPUTS/model/config.json" ]] || "$PYTHON" -m rft.cpu.demo "$INPUTS" --arch "$ARCH"
     "$PYTHON" -m rft.cpu.demo --deepspeed-ops   # built once, here, not by 3 actors at the same time
     RAY_TEMP="${RAY_TEMP:-/tmp/rft-ray-$$}"   # short: Ray's socket paths must stay under 108 characters
@@ -108,8 +110,9 @@ if [[ "$DRY_RUN" == 0 ]]; then
 fi
 
 status=0
-"$PYTHON" -m rft.launch --profile cpu -- "${ARGS[@]}" "$@" || status=$?
-[[ "$DRY_RUN" == 1 ]] && exit "$status"
+# in the background with signals passed on: a SIGTERM here stops the OpenRLHF driver too, then the trap stops Ray
+rft_run_forwarding "$PYTHON" -m rft.launch --profile cpu -- "${ARGS[@]}" "$@" || status=$?
+[[ "$DRY_RUN" == 1 || -n "${RFT_STOPPED:-}" ]] && exit "$status"
 
 if [[ -s "$METRICS_LOG_DIR/training_metrics.jsonl" ]]; then
     "$PYTHON" -m rft.monitor "$METRICS_LOG_DIR" --plot "$RUN_DIR/dashboard.png" || true

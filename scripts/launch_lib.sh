@@ -110,6 +110,40 @@ rft_refuse_gpu_node() {
     fi
 }
 
+# rft_run_forwarding CMD...: run CMD in the background and wait for it. A TERM, INT or HUP to this script goes on
+# to CMD as SIGTERM (SIGKILL after RFT_STOP_GRACE seconds, default 30), so CMD never outlives the script (bash
+# alone would run its EXIT trap and leave CMD running). Returns CMD's status; RFT_STOPPED=1 after a signal.
+rft_run_forwarding() {
+    local status=0
+    "$@" &
+    RFT_CHILD_PID=$!
+    trap rft_stop_child TERM INT HUP
+    while true; do
+        wait "$RFT_CHILD_PID" && status=0 || status=$?
+        kill -0 "$RFT_CHILD_PID" 2>/dev/null || break  # wait also returns when a trapped signal arrives
+    done
+    trap - TERM INT HUP
+    return "$status"
+}
+
+# rft_stop_child: the signal trap of rft_run_forwarding.
+rft_stop_child() {
+    # shellcheck disable=SC2034  # read by the sourcing script
+    RFT_STOPPED=1
+    echo "signal received: stopping pid $RFT_CHILD_PID (SIGTERM, SIGKILL after ${RFT_STOP_GRACE:-30} s)" >&2
+    kill -TERM "$RFT_CHILD_PID" 2>/dev/null || return 0
+    if [[ -z "${RFT_KILLER_PID:-}" ]]; then
+        (  # ends as soon as the child is gone; holds none of the script's output pipes
+            for ((i = 0; i < ${RFT_STOP_GRACE:-30} * 10; i++)); do
+                kill -0 "$RFT_CHILD_PID" 2>/dev/null || exit 0
+                sleep 0.1
+            done
+            kill -KILL "$RFT_CHILD_PID" 2>/dev/null
+        ) </dev/null >/dev/null 2>&1 &
+        RFT_KILLER_PID=$!
+    fi
+}
+
 # rft_launch PROFILE FLAGS...: pre-launch checks, then OpenRLHF (a --dry-run among FLAGS stops after the checks).
 rft_launch() {
     local profile="$1"

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from rft.launch.lock import LaunchLocked, acquire_all
 from rft.launch.openrlhf_cli import format_command, resolve_overrides
 from rft.launch.record import build_record, chat_date, git_state, tag_attempt, write_run_record
 from rft.launch.rules import PROFILES, Profile, run_checks, sft_gpus
@@ -20,6 +21,13 @@ from rft.provenance import REPO_ROOT, GitError
 LOG_ENV = ("METRICS_LOG_DIR", "SAMPLES_LOG_DIR", "SPIKE_LOG_PATH", "RAY_ADDRESS", "CUDA_VISIBLE_DEVICES")
 
 
+def run_dirs(flags: list[str]) -> list[Path]:
+    """The directories one run owns: $METRICS_LOG_DIR and --ckpt_path (the launch lock goes in each)."""
+    dirs = [Path(os.environ["METRICS_LOG_DIR"])] if os.environ.get("METRICS_LOG_DIR") else []
+    for i, token in enumerate(flags[:-1]):
+        if token == "--ckpt_path":
+            dirs.append(Path(flags[i + 1]))
+    return dirs
 
 
 def command_prefix(profile: Profile) -> list[str]:
@@ -67,6 +75,23 @@ def main(argv: list[str] | None = None) -> int:
     rest = [t for t in rest if t not in ("--dry-run", "--no-judge-check")]
     profile = PROFILES[ns.profile]
     rest = resolve_overrides(rest, profile.entry)
+    locks: list[int] = []
+    if not dry_run:
+        try:  # held through the exec below: the lock lives as long as the OpenRLHF driver
+            locks = acquire_all(run_dirs(rest), os.environ.get("RUN_NAME", ""))
+        except LaunchLocked as e:
+            print(f"launch refused: {e}", file=sys.stderr)
+            return 1
+    try:
+        return _check_and_launch(ns, profile, rest, dry_run, judge_live)
+    finally:  # reached only without the exec: a refusal or RFT_LAUNCH_NO_EXEC
+        for fd in locks:
+            os.close(fd)
+
+
+def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str], dry_run: bool,
+                      judge_live: bool) -> int:
+    """Run the checks; print them (dry run) or refuse, tag, record and exec OpenRLHF."""
     prefix = command_prefix(profile)
     command = format_command(prefix, rest)
     rep, facts = run_checks(profile, rest, judge_live=judge_live)
