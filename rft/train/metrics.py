@@ -82,6 +82,8 @@ KNOWN_KEYS = (
     *DIAG_KEYS,
     "grad_norm",
     "grad_norm_steps",
+    # rft: vLLM log-probs that were non-finite, replaced by the trainer's (experience_maker.patch), per sample
+    "rollout_logprob_repaired",
     # rft: LoRA weight sync into vLLM
     "lora_sync_seconds",
     "lora_sync_bytes",
