@@ -82,6 +82,7 @@ def recipe_20b(data_dir: Path) -> dict:
         prompt_data=str(data_dir / "sft_rl_pool.jsonl"), eval_dataset=str(data_dir / "probe_set_200_ood.jsonl"),
         eval_steps=5, eval_temperature=0.0, eval_n_samples_per_prompt=1, attn_implementation="eager",
         packing_samples=False, apply_chat_template=True, vllm_sync_lora_via_object_store=True,
+        enable_vllm_is_correction=True, vllm_is_correction_type="tis", vllm_is_truncated_threshold=[0.5, 5.0],
     )
 
 
@@ -150,7 +151,8 @@ def test_dry_run_passes_the_real_parser(name, patched_root, data_dir, tmp_path, 
                                        prompt_data=str(data_dir / "sft_rl_pool_400.jsonl")),
         "train_grpo_small.sh": dict(colocate_all_models=True, vllm_enable_sleep=True, deepspeed_enable_sleep=True,
                                     actor_num_gpus_per_node=1, vllm_num_engines=1, vllm_tensor_parallel_size=1,
-                                    max_samples=200, n_samples_per_prompt=2, generate_max_len=256),
+                                    max_samples=200, n_samples_per_prompt=2, generate_max_len=256,
+                                    enable_vllm_is_correction=True),
         "train_sft.sh": dict(lora_rank=32, lora_alpha=64, output_key="output", attn_implementation="eager",
                              dataset=str(data_dir / "sft_train.jsonl"), gradient_checkpointing=True),
     }[name]
@@ -179,6 +181,8 @@ def test_command_line_overrides_script(patched_root, data_dir, tmp_path, monkeyp
     # A switch (store_true flag) is dropped through its environment variable.
     res = run_script("train_grpo_20b.sh", {**env, "SAVE_HF_CKPT": "0"}, "--dry-run")
     assert res.returncode == 0 and "--save_hf_ckpt" not in res.stdout
+    res = run_script("train_grpo_120b.sh", {**env, "VLLM_IS_CORRECTION": "0"}, "--dry-run")
+    assert res.returncode == 0 and "--enable_vllm_is_correction" not in res.stdout
 
 
 def test_lora_sync_switch_merge_or_native(patched_root, data_dir, tmp_path, monkeypatch):
