@@ -4,11 +4,18 @@
 
 RFT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# The interpreter: $PYTHON, else the training venv, else the dev venv, else python3 on PATH.
+# The interpreter: $PYTHON when set, else the first of .venv-train, the active virtualenv / conda env, .venv and
+# python3 that can import openrlhf (found, not imported: a half-built directory never wins), else python3.
 rft_python() {
     local cand
-    for cand in "${PYTHON:-}" "$RFT_ROOT/.venv-train/bin/python" "$RFT_ROOT/.venv/bin/python"; do
-        if [[ -n "$cand" && -x "$cand" ]]; then
+    if [[ -n "${PYTHON:-}" ]]; then
+        echo "$PYTHON"
+        return
+    fi
+    for cand in "$RFT_ROOT/.venv-train/bin/python" "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}" \
+        "${CONDA_PREFIX:+$CONDA_PREFIX/bin/python}" "$RFT_ROOT/.venv/bin/python" "$(command -v python3)"; do
+        if [[ -n "$cand" && -x "$cand" ]] &&
+            "$cand" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("openrlhf") is None)' 2>/dev/null; then
             echo "$cand"
             return
         fi
