@@ -10,7 +10,7 @@ MODEL="${MODEL:-openai/gpt-oss-20b}"
 # The actor/reference load ACTOR_MODEL (default MODEL: MXFP4, dequantized in process by our actor.patch);
 # point it at a bf16 copy from convert_mxfp4.py to skip that. vLLM always serves MODEL.
 ACTOR_MODEL="${ACTOR_MODEL:-$MODEL}"
-RUN_NAME="${RUN_NAME:-gpt-oss-20b-grpo}"
+RUN_NAME="$(rft_run_name "${RUN_NAME:-gpt-oss-20b-grpo}")"   # SMOKE=1: ...-smoke
 DATA_DIR="${DATA_DIR:-$RFT_ROOT/data}"
 PROMPT_DATA="${PROMPT_DATA:-$DATA_DIR/sft_rl_pool.jsonl}"
 EVAL_DATA="${EVAL_DATA:-$DATA_DIR/probe_set_200_ood.jsonl}"

@@ -9,7 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
 rft_refuse_gpu_node train_grpo_cpu.sh
 
 ARCH="${ARCH:-qwen2}"                # qwen2 or gpt_oss (bf16, sinks, sliding window, 4 experts)
-RUN_NAME="${RUN_NAME:-cpu-grpo-$ARCH}"
+RUN_NAME="$(rft_run_name "${RUN_NAME:-cpu-grpo-$ARCH}")"   # SMOKE=1: ...-smoke
 OUT_ROOT="${OUT_ROOT:-$RFT_ROOT/runs}"
 RUN_DIR="$OUT_ROOT/$RUN_NAME"
 INPUTS="${INPUTS:-$OUT_ROOT/cpu-inputs-$ARCH}"   # model/, prompts.jsonl, eval_prompts.jsonl (made once)
@@ -106,6 +106,7 @@ if [[ "$DRY_RUN" == 0 ]]; then
         trap '"$PYTHON" -m rft.cpu.local_ray stop "$RAY_TEMP" "$RAY_ADDRESS" || true; rm -rf "$RAY_TEMP"' EXIT
     fi
     mkdir -p "$RUN_DIR" "$METRICS_LOG_DIR"
+    [[ "${SMOKE:-0}" == 1 ]] && rm -f "$METRICS_LOG_DIR/training_metrics.jsonl"   # a smoke verdict on this run alone
     touch "$SPIKE_LOG_PATH"   # empty = no spike; the patched trainer appends one line per spike
 fi
 
@@ -120,4 +121,5 @@ if [[ -s "$METRICS_LOG_DIR/training_metrics.jsonl" ]]; then
 fi
 echo "CPU demonstration on a tiny random model (the real patched OpenRLHF loop, not training): exit status $status"
 echo "run dir: $RUN_DIR"
+[[ "${SMOKE:-0}" == 1 ]] && rft_smoke_verdict "$status"
 exit "$status"

@@ -28,6 +28,21 @@ PYTHON="$(rft_python)"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$RFT_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
+# SMOKE=1: a smoke run (rft/smoke.py): the launcher rewrites the recipe to a few steps, the run ends with PASS/FAIL.
+case "${SMOKE:-0}" in
+    0) ;;
+    1) export RFT_SMOKE=1 ;;
+    *)
+        echo "SMOKE=$SMOKE: expected 0 or 1" >&2
+        exit 2
+        ;;
+esac
+
+# rft_run_name NAME: NAME, with -smoke appended in a smoke run (its own directories, never the real run's).
+rft_run_name() {
+    if [[ "${SMOKE:-0}" == 1 && "$1" != *-smoke ]]; then echo "$1-smoke"; else echo "$1"; fi
+}
+
 # rft_storage RUN_NAME: the node's storage layout, every path overridable from the environment:
 # outputs and checkpoints on the data disk, metrics / samples / spike logs on scratch.
 # shellcheck disable=SC2034  # SAVE_PATH and CKPT_PATH are read by the sourcing script
@@ -57,6 +72,7 @@ rft_switch() {
 # optimizer, scheduler, global step and data position. Only then: 0.9.3 loads whenever _actor exists and raises if
 # it has no `latest` (a run killed in its first save). RESUME=0 starts fresh.
 rft_resume() {
+    [[ "${SMOKE:-0}" == 1 ]] && return 0  # a smoke run always starts fresh
     case "${RESUME:-1}" in
         0) ;;
         1)
@@ -155,5 +171,25 @@ rft_stop_child() {
 rft_launch() {
     local profile="$1"
     shift
-    exec "$PYTHON" -m rft.launch --profile "$profile" -- "$@"
+    [[ "${SMOKE:-0}" == 1 ]] || exec "$PYTHON" -m rft.launch --profile "$profile" -- "$@"
+    local arg
+    for arg in "$@"; do [[ "$arg" == --dry-run ]] && exec "$PYTHON" -m rft.launch --profile "$profile" -- "$@"; done
+    local status=0 sampler=""
+    mkdir -p "$METRICS_LOG_DIR"
+    rm -f "$METRICS_LOG_DIR/training_metrics.jsonl" "$METRICS_LOG_DIR/smoke_gpu_memory.json"  # this run's alone
+    if (( $(rft_gpu_count) > 0 )); then
+        "$PYTHON" -m rft.smoke gpu-sample "$METRICS_LOG_DIR/smoke_gpu_memory.json" &
+        sampler=$!
+    fi
+    rft_run_forwarding "$PYTHON" -m rft.launch --profile "$profile" -- "$@" || status=$?
+    [[ -n "$sampler" ]] && kill "$sampler" 2>/dev/null
+    [[ -n "${RFT_STOPPED:-}" ]] && exit "$status"
+    rft_smoke_verdict "$status"
+}
+
+# rft_smoke_verdict RUN_STATUS: print the smoke verdict of $METRICS_LOG_DIR and exit 0 (PASS) or 1 (FAIL).
+rft_smoke_verdict() {
+    local status=0
+    "$PYTHON" -m rft.smoke verdict "$METRICS_LOG_DIR" --run-status "$1" || status=$?
+    exit "$status"
 }

@@ -597,3 +597,25 @@ def test_gpu_profile_refuses_the_cpu_standins(patched_root, data_dir, tmp_path):
     site = str(ROOT / "rft" / "cpu" / "site")
     res = run_script("train_grpo_120b.sh", {**env, "PYTHONPATH": site}, "--dry-run")
     assert res.returncode == 1 and f"ERROR PYTHONPATH holds {site}" in res.stderr
+
+
+@pytest.mark.parametrize("name", ["train_grpo_20b.sh", "train_grpo_120b.sh"])
+def test_gpu_scripts_log_the_gap_and_smoke_dry_run_shows_the_smoke_layout(name, patched_root, data_dir, tmp_path,
+                                                                         monkeypatch):
+    env = script_env(patched_root, data_dir, tmp_path, PATH=fake_gpu_path(tmp_path))
+    res = run_script(name, env, "--dry-run")
+    assert res.returncode == 0 and "    --enable_vllm_is_correction \\" in res.stdout, res.stderr
+    res = run_script(name, {**env, "SMOKE": "1"}, "--dry-run")
+    assert res.returncode == 0, res.stderr
+    argv, a = parsed_command(res.stdout, patched_root, monkeypatch)
+    assert (a.max_samples, a.eval_steps, a.save_steps, a.actor_learning_rate) == (3 * a.rollout_batch_size, -1, -1,
+                                                                                   1e-4)
+    assert a.lora_sync_probe and a.enable_vllm_is_correction and "--load_checkpoint" not in argv
+    # the recipe's layout and engines are kept
+    assert (a.vllm_num_engines, a.vllm_tensor_parallel_size, a.actor_num_gpus_per_node) == (2, 2, 4)
+    assert a.ckpt_path.endswith("-smoke") and "smoke run: " in res.stderr and "no attempt tag" in res.stderr
+
+
+def test_smoke_needs_a_lora_sync(patched_root, data_dir, tmp_path):
+    res = run_script("train_grpo_small.sh", script_env(patched_root, data_dir, tmp_path, SMOKE="1"), "--dry-run")
+    assert res.returncode == 1 and "SMOKE=1 checks the LoRA sync to vLLM" in res.stderr
