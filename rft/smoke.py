@@ -39,11 +39,15 @@ def _flag_value(tokens: list[str], flag: str) -> str | None:
     return None
 
 
-def smoke_flags(tokens: list[str], steps: int = SMOKE_STEPS, lr: float | None = None) -> list[str]:
-    """The recipe's flags with the smoke run's appended (later flags win in the launcher) and no resume."""
+def smoke_flags(tokens: list[str], steps: int | None = None, lr: float | None = None) -> list[str]:
+    """The recipe's flags with the smoke run's appended (later flags win in the launcher) and no resume.
+
+    Steps: SMOKE_STEPS (default 3); LR: SMOKE_LR, default the larger of the recipe's and 1e-4."""
+    steps = steps or int(os.environ.get("SMOKE_STEPS") or SMOKE_STEPS)
     rbs = int(_flag_value(tokens, "--rollout_batch_size") or 8)
     recipe_lr = float(_flag_value(tokens, "--actor_learning_rate") or 0)
-    lr = lr if lr is not None else max(recipe_lr, SMOKE_LR)
+    env_lr = os.environ.get("SMOKE_LR")
+    lr = lr if lr is not None else float(env_lr) if env_lr else max(recipe_lr, SMOKE_LR)
     out = [t for t in tokens if t != "--load_checkpoint"]
     return out + [
         "--max_samples", str(steps * rbs), "--num_episodes", "1", "--lr_warmup_ratio", "0",

@@ -88,6 +88,11 @@ KNOWN_KEYS = (
     "lora_sync_seconds",
     "lora_sync_bytes",
     "lora_sync_params",
+    "lora_sync_modules",
+    "lora_sync_expected_modules",
+    "lora_sync_skipped",
+    "lora_sync_probe_logprob",
+    "lora_sync_probe_delta",
 )
 """Metric keys the patched trainer may write; eval keys (`eval_*`) come on top of these."""
 
