@@ -42,19 +42,22 @@ def smoke(out_root: Path, inputs: Path, name: str, **extra: str) -> tuple[int, s
 
 
 def verdict_lines(out: str) -> list[str]:
-    return out[out.index("# smoke verdict"):].splitlines()
+    """From `# smoke verdict` to its last line, `SMOKE PASS` or `SMOKE FAIL` (the exit trap prints after it)."""
+    lines = out[out.index("# smoke verdict"):].splitlines()
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("SMOKE "))
+    return lines[: end + 1]
 
 
 def test_smoke_passes_with_the_sync_and_fails_without_it(tmp_path, inputs):
-    rc, out = smoke(tmp_path, inputs, "cpu-smoke")
+    rc, out = smoke(tmp_path, inputs, "cpu-sync")
     lines = verdict_lines(out)
     print("\n".join(lines))
     assert rc == 0 and lines[-1] == "SMOKE PASS", out[-6000:]
-    assert (tmp_path / "cpu-smoke-smoke" / "metrics" / "training_metrics.jsonl").is_file()  # its own directories
+    assert (tmp_path / "cpu-sync-smoke" / "metrics" / "training_metrics.jsonl").is_file()  # its own directories
     assert any("PASS  every targeted module synced at every step: 3 step(s)" in ln for ln in lines)
     assert any(ln.startswith("  info  sync seconds: ") for ln in lines)
 
-    rc, out = smoke(tmp_path, inputs, "cpu-smoke-nosync", SYNC_OFF="1")
+    rc, out = smoke(tmp_path, inputs, "cpu-nosync", SYNC_OFF="1")
     lines = verdict_lines(out)
     print("\n".join(lines))
     assert rc == 1 and lines[-1] == "SMOKE FAIL", out[-6000:]
