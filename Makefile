@@ -4,8 +4,10 @@
 # make venv / make venv-vllm: only an environment.  make lint: ruff + shellcheck.  make bench: the benchmarks.
 # make mutate: mutation testing (mutmut) of the modules where a bug costs a run, each against its own test files,
 # on a temporary copy; MODULES="answer passk" for some only. Kill rates and equivalent mutants: docs/mutation.md.
-# make train: on the 8-GPU node, .venv-train (the `train` extra) + patches + $(TRAIN_SCRIPT); without GPUs, the CPU
-# demonstration (train_grpo_cpu.sh in .venv-vllm: the whole loop on a tiny random model, ends with `run dir: PATH`).
+# make train: on the 8-GPU node, the active environment if it holds the pinned stack, else .venv-train built by
+# rft/train_env.py (torch at vLLM's pin, flash-attn without build isolation, the rest, verified, renamed into
+# place), then the patches and $(TRAIN_SCRIPT); without GPUs, the CPU demonstration (train_grpo_cpu.sh in
+# .venv-vllm: the whole loop on a tiny random model, ends with `run dir: PATH`). DRY_RUN=1: print, run nothing.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -75,14 +77,22 @@ bench: venv
 clean:
 	rm -rf $(VENV) $(VLLM_VENV)
 
+# make train DRY_RUN=1: what make train would do here (GPUs found, the environment found or the install order),
+# running nothing but a read-only probe of each candidate interpreter.
 train:
-	@if nvidia-smi -L >/dev/null 2>&1; then \
+	@if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then \
 		set -e; \
-		[ -x $(TRAIN_VENV)/bin/python ] || $(PYTHON) -m venv $(TRAIN_VENV); \
-		$(TRAIN_VENV)/bin/pip install -q -U pip setuptools wheel; \
-		$(TRAIN_VENV)/bin/pip install -q -e ".[train]"; \
-		PYTHON=$(abspath $(TRAIN_VENV))/bin/python bash apply_patches.sh; \
-		PYTHON=$(abspath $(TRAIN_VENV))/bin/python bash $(TRAIN_SCRIPT); \
+		echo "make train: $$(nvidia-smi -L | grep -c '^GPU ') GPU(s) (nvidia-smi -L)" >&2; \
+		if [ "$(DRY_RUN)" = 1 ]; then \
+			$(PYTHON) -m rft.train_env plan --venv $(TRAIN_VENV); \
+			echo "then: PYTHON=<that interpreter> bash apply_patches.sh; bash $(TRAIN_SCRIPT)"; \
+			exit 0; \
+		fi; \
+		py="$$($(PYTHON) -m rft.train_env ensure --venv $(TRAIN_VENV))"; \
+		PYTHON="$$py" bash apply_patches.sh; \
+		PYTHON="$$py" bash $(TRAIN_SCRIPT); \
+	elif [ "$(DRY_RUN)" = 1 ]; then \
+		echo "make train: no GPU here (nvidia-smi -L lists none): would build $(VLLM_VENV) if needed and run train_grpo_cpu.sh (the CPU demonstration)"; \
 	else \
 		echo "make train: no GPU here (nvidia-smi found none): running the CPU demonstration (train_grpo_cpu.sh), the real patched OpenRLHF loop on a tiny random model, not training." >&2; \
 		$(MAKE) --no-print-directory $(VLLM_VENV)/.patched && \

@@ -10,7 +10,7 @@ MODEL="${MODEL:-openai/gpt-oss-20b}"
 # The actor/reference load ACTOR_MODEL (default MODEL: MXFP4, dequantized in process by our actor.patch);
 # point it at a bf16 copy from convert_mxfp4.py to skip that. vLLM always serves MODEL.
 ACTOR_MODEL="${ACTOR_MODEL:-$MODEL}"
-RUN_NAME="${RUN_NAME:-gpt-oss-20b-grpo}"
+RUN_NAME="$(rft_run_name "${RUN_NAME:-gpt-oss-20b-grpo}")"   # SMOKE=1: ...-smoke
 DATA_DIR="${DATA_DIR:-$RFT_ROOT/data}"
 PROMPT_DATA="${PROMPT_DATA:-$DATA_DIR/sft_rl_pool.jsonl}"
 EVAL_DATA="${EVAL_DATA:-$DATA_DIR/probe_set_200_ood.jsonl}"
@@ -84,6 +84,10 @@ rft_switch COLOCATE_ACTOR_REF 1 --colocate_actor_ref
 # Our patched LoRA-only weight sync (adapter A, B, scaling via the Ray object store); 0.9.3's own sync sends
 # PEFT names that vLLM ignores, so rollouts would stay on the base model. LORA_SYNC=merge (default) | native.
 rft_lora_sync
+# The rollout/trainer gap, every step: vllm_kl (the number that proves the sync) and 0.9.3's truncated importance
+# sampling on it (TIS, weights clamped to [0.5, 5]): MXFP4 engine vs bf16 trainer kernels never agree exactly
+# (docs/lora-sync.md#the-rollouttrainer-gap). VLLM_IS_CORRECTION=0 drops both (the loss of attempts 26-28).
+rft_switch VLLM_IS_CORRECTION 1 --enable_vllm_is_correction
 rft_switch GRADIENT_CHECKPOINTING 1 --gradient_checkpointing
 rft_switch SAVE_HF_CKPT 1 --save_hf_ckpt
 # DISABLE_DS_CKPT=1 saves no DeepSpeed state (adapters only): nothing to resume from.

@@ -6,9 +6,10 @@ set -euo pipefail
 PYTHON="${PYTHON:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/.venv-vllm/bin/python}"
 # shellcheck source=scripts/launch_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
+rft_refuse_gpu_node train_grpo_cpu.sh
 
 ARCH="${ARCH:-qwen2}"                # qwen2 or gpt_oss (bf16, sinks, sliding window, 4 experts)
-RUN_NAME="${RUN_NAME:-cpu-grpo-$ARCH}"
+RUN_NAME="$(rft_run_name "${RUN_NAME:-cpu-grpo-$ARCH}")"   # SMOKE=1: ...-smoke
 rft_local_storage "$RUN_NAME"  # runs/$RUN_NAME/{metrics,samples} (OUT_ROOT); the adapter and checkpoints beside
 INPUTS="${INPUTS:-$OUT_ROOT/cpu-inputs-$ARCH}"   # model/, prompts.jsonl, eval_prompts.jsonl (made once)
 SAVE_PATH="${SAVE_PATH:-$RUN_DIR/final}"
@@ -93,6 +94,8 @@ rft_resume train_grpo_cpu.sh
 rft_switch SYNC_OFF 0 --vllm_sync_lora_skip
 
 if [[ "$DRY_RUN" == 0 ]]; then
+    # one launch per run directory: refuse now, before building anything, when another holds it (rft/launch/lock.py)
+    "$PYTHON" -m rft.launch.lock "$METRICS_LOG_DIR" "$CKPT_PATH"
     [[ -f "$INPUTS/model/config.json" ]] || "$PYTHON" -m rft.cpu.demo "$INPUTS" --arch "$ARCH"
     "$PYTHON" -m rft.cpu.demo --deepspeed-ops   # built once, here, not by 3 actors at the same time
     RAY_TEMP="${RAY_TEMP:-/tmp/rft-ray-$$}"   # short: Ray's socket paths must stay under 108 characters
@@ -102,12 +105,14 @@ if [[ "$DRY_RUN" == 0 ]]; then
         trap '"$PYTHON" -m rft.cpu.local_ray stop "$RAY_TEMP" "$RAY_ADDRESS" || true; rm -rf "$RAY_TEMP"' EXIT
     fi
     mkdir -p "$RUN_DIR" "$METRICS_LOG_DIR"
+    [[ "${SMOKE:-0}" == 1 ]] && rm -f "$METRICS_LOG_DIR/training_metrics.jsonl"   # a smoke verdict on this run alone
     touch "$SPIKE_LOG_PATH"   # empty = no spike; the patched trainer appends one line per spike
 fi
 
 status=0
-"$PYTHON" -m rft.launch --profile cpu -- "${ARGS[@]}" "$@" || status=$?
-[[ "$DRY_RUN" == 1 ]] && exit "$status"
+# in the background with signals passed on: a SIGTERM here stops the OpenRLHF driver too, then the trap stops Ray
+rft_run_forwarding "$PYTHON" -m rft.launch --profile cpu -- "${ARGS[@]}" "$@" || status=$?
+[[ "$DRY_RUN" == 1 || -n "${RFT_STOPPED:-}" ]] && exit "$status"
 
 if [[ -s "$METRICS_LOG_DIR/training_metrics.jsonl" ]]; then
     "$PYTHON" -m rft.monitor "$METRICS_LOG_DIR" --plot "$RUN_DIR/dashboard.png" || true
@@ -115,4 +120,5 @@ if [[ -s "$METRICS_LOG_DIR/training_metrics.jsonl" ]]; then
 fi
 echo "CPU demonstration on a tiny random model (the real patched OpenRLHF loop, not training): exit status $status"
 echo "run dir: $RUN_DIR"
+[[ "${SMOKE:-0}" == 1 ]] && rft_smoke_verdict "$status"
 exit "$status"

@@ -130,6 +130,8 @@ rft_switch COLOCATE_ALL 1 --colocate_all_models
 rft_switch VLLM_SLEEP 1 --vllm_enable_sleep
 rft_switch DEEPSPEED_SLEEP 1 --deepspeed_enable_sleep
 rft_switch GRADIENT_CHECKPOINTING 1 --gradient_checkpointing
+# vllm_kl every step and TIS on it (docs/lora-sync.md#the-rollouttrainer-gap); VLLM_IS_CORRECTION=0 drops both
+rft_switch VLLM_IS_CORRECTION 1 --enable_vllm_is_correction
 # Resume automatically from the last DeepSpeed checkpoint when one exists (RESUME=0 starts fresh).
 rft_resume train_grpo_small.sh
 

@@ -4,11 +4,18 @@
 
 RFT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# The interpreter: $PYTHON, else the training venv, else the dev venv, else python3 on PATH.
+# The interpreter: $PYTHON when set, else the first of .venv-train, the active virtualenv / conda env, .venv and
+# python3 that can import openrlhf (found, not imported: a half-built directory never wins), else python3.
 rft_python() {
     local cand
-    for cand in "${PYTHON:-}" "$RFT_ROOT/.venv-train/bin/python" "$RFT_ROOT/.venv/bin/python"; do
-        if [[ -n "$cand" && -x "$cand" ]]; then
+    if [[ -n "${PYTHON:-}" ]]; then
+        echo "$PYTHON"
+        return
+    fi
+    for cand in "$RFT_ROOT/.venv-train/bin/python" "${VIRTUAL_ENV:+$VIRTUAL_ENV/bin/python}" \
+        "${CONDA_PREFIX:+$CONDA_PREFIX/bin/python}" "$RFT_ROOT/.venv/bin/python" "$(command -v python3)"; do
+        if [[ -n "$cand" && -x "$cand" ]] &&
+            "$cand" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("openrlhf") is None)' 2>/dev/null; then
             echo "$cand"
             return
         fi
@@ -20,6 +27,21 @@ PYTHON="$(rft_python)"
 # Unbuffered logs for `| tee`; rft importable by the reward function inside Ray workers.
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$RFT_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+# SMOKE=1: a smoke run (rft/smoke.py): the launcher rewrites the recipe to a few steps, the run ends with PASS/FAIL.
+case "${SMOKE:-0}" in
+    0) ;;
+    1) export RFT_SMOKE=1 ;;
+    *)
+        echo "SMOKE=$SMOKE: expected 0 or 1" >&2
+        exit 2
+        ;;
+esac
+
+# rft_run_name NAME: NAME, with -smoke appended in a smoke run (its own directories, never the real run's).
+rft_run_name() {
+    if [[ "${SMOKE:-0}" == 1 && "$1" != *-smoke ]]; then echo "$1-smoke"; else echo "$1"; fi
+}
 
 # rft_storage RUN_NAME: the node's storage layout, every path overridable from the environment:
 # outputs and checkpoints on the data disk, metrics / samples / spike logs on scratch.
@@ -68,6 +90,7 @@ rft_switch() {
 # optimizer, scheduler, global step and data position. Only then: 0.9.3 loads whenever _actor exists and raises if
 # it has no `latest` (a run killed in its first save). RESUME=0 starts fresh.
 rft_resume() {
+    [[ "${SMOKE:-0}" == 1 ]] && return 0  # a smoke run always starts fresh
     case "${RESUME:-1}" in
         0) ;;
         1)
@@ -110,9 +133,81 @@ rft_lora_sync() {
     esac
 }
 
+# rft_gpu_count: GPUs `nvidia-smi -L` lists (0 without nvidia-smi or without a GPU).
+rft_gpu_count() {
+    local listing
+    listing="$(nvidia-smi -L 2>/dev/null)" || { echo 0; return; }
+    grep -c '^GPU ' <<<"$listing" || true
+}
+
+# rft_refuse_gpu_node WHAT: exit 1 where nvidia-smi lists GPUs (the CPU profile's stand-ins must never run there).
+rft_refuse_gpu_node() {
+    local n
+    n="$(rft_gpu_count)"
+    if (( n > 0 )); then
+        echo "$1: refused: nvidia-smi lists $n GPU(s) here. The CPU profile replaces torch.cuda with stand-ins and" \
+            "skips every GPU, disk and git check; on a GPU node use a GPU launch script or \`make train\`." >&2
+        exit 1
+    fi
+}
+
+# rft_run_forwarding CMD...: run CMD in the background and wait for it. A TERM, INT or HUP to this script goes on
+# to CMD as SIGTERM (SIGKILL after RFT_STOP_GRACE seconds, default 30), so CMD never outlives the script (bash
+# alone would run its EXIT trap and leave CMD running). Returns CMD's status; RFT_STOPPED=1 after a signal.
+rft_run_forwarding() {
+    local status=0
+    "$@" &
+    RFT_CHILD_PID=$!
+    trap rft_stop_child TERM INT HUP
+    while true; do
+        wait "$RFT_CHILD_PID" && status=0 || status=$?
+        kill -0 "$RFT_CHILD_PID" 2>/dev/null || break  # wait also returns when a trapped signal arrives
+    done
+    trap - TERM INT HUP
+    return "$status"
+}
+
+# rft_stop_child: the signal trap of rft_run_forwarding.
+rft_stop_child() {
+    # shellcheck disable=SC2034  # read by the sourcing script
+    RFT_STOPPED=1
+    echo "signal received: stopping pid $RFT_CHILD_PID (SIGTERM, SIGKILL after ${RFT_STOP_GRACE:-30} s)" >&2
+    kill -TERM "$RFT_CHILD_PID" 2>/dev/null || return 0
+    if [[ -z "${RFT_KILLER_PID:-}" ]]; then
+        (  # ends as soon as the child is gone; holds none of the script's output pipes
+            for ((i = 0; i < ${RFT_STOP_GRACE:-30} * 10; i++)); do
+                kill -0 "$RFT_CHILD_PID" 2>/dev/null || exit 0
+                sleep 0.1
+            done
+            kill -KILL "$RFT_CHILD_PID" 2>/dev/null
+        ) </dev/null >/dev/null 2>&1 &
+        RFT_KILLER_PID=$!
+    fi
+}
+
 # rft_launch PROFILE FLAGS...: pre-launch checks, then OpenRLHF (a --dry-run among FLAGS stops after the checks).
 rft_launch() {
     local profile="$1"
     shift
-    exec "$PYTHON" -m rft.launch --profile "$profile" -- "$@"
+    [[ "${SMOKE:-0}" == 1 ]] || exec "$PYTHON" -m rft.launch --profile "$profile" -- "$@"
+    local arg
+    for arg in "$@"; do [[ "$arg" == --dry-run ]] && exec "$PYTHON" -m rft.launch --profile "$profile" -- "$@"; done
+    local status=0 sampler=""
+    mkdir -p "$METRICS_LOG_DIR"
+    rm -f "$METRICS_LOG_DIR/training_metrics.jsonl" "$METRICS_LOG_DIR/smoke_gpu_memory.json"  # this run's alone
+    if (( $(rft_gpu_count) > 0 )); then
+        "$PYTHON" -m rft.smoke gpu-sample "$METRICS_LOG_DIR/smoke_gpu_memory.json" &
+        sampler=$!
+    fi
+    rft_run_forwarding "$PYTHON" -m rft.launch --profile "$profile" -- "$@" || status=$?
+    [[ -n "$sampler" ]] && kill "$sampler" 2>/dev/null
+    [[ -n "${RFT_STOPPED:-}" ]] && exit "$status"
+    rft_smoke_verdict "$status"
+}
+
+# rft_smoke_verdict RUN_STATUS: print the smoke verdict of $METRICS_LOG_DIR and exit 0 (PASS) or 1 (FAIL).
+rft_smoke_verdict() {
+    local status=0
+    "$PYTHON" -m rft.smoke verdict "$METRICS_LOG_DIR" --run-status "$1" || status=$?
+    exit "$status"
 }

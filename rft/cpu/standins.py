@@ -70,9 +70,26 @@ def _synchronize(device: object = None) -> None:
     return None
 
 
+class StandinsOnGpuError(RuntimeError):
+    """The CPU stand-ins were asked to install in a process that sees a CUDA GPU."""
+
+
+def refuse_on_gpu(torch: ModuleType) -> None:
+    """Raise when CUDA is available: the stand-ins would turn every device call of a GPU run into the CPU."""
+    if torch.cuda.is_available():
+        raise StandinsOnGpuError(
+            f"the CPU stand-ins (RFT_CPU_STANDINS=1 with rft/cpu/site on PYTHONPATH) refuse to install: CUDA sees "
+            f"{torch.cuda.device_count()} GPU(s) here; they are for the CPU profile only. Unset RFT_CPU_STANDINS "
+            "and remove rft/cpu/site from PYTHONPATH"
+        )
+
+
 def install(torch: ModuleType | None = None, setattr_: Callable = setattr) -> None:
-    """Replace the three torch.cuda functions of an imported torch (idempotent); tests pass monkeypatch.setattr."""
+    """Replace the three torch.cuda functions of an imported torch (idempotent); tests pass monkeypatch.setattr.
+
+    Refuses (StandinsOnGpuError) where CUDA is available."""
     torch = torch if torch is not None else sys.modules["torch"]
+    refuse_on_gpu(torch)
     cuda = torch.cuda
     for name, standin in (("set_device", _set_device), ("current_device", _current_device),
                           ("synchronize", _synchronize)):
@@ -112,6 +129,7 @@ def _allgather_params_in_order(self, param_list, hierarchy=0, quantize=False):
 
 def install_in_order_allgather(partition_parameters: ModuleType | None = None, setattr_: Callable = setattr) -> None:
     """Route DeepSpeed's blocking coalesced all-gather through its sequential one (see the module docstring)."""
+    refuse_on_gpu(sys.modules["torch"] if "torch" in sys.modules else importlib.import_module("torch"))
     module = partition_parameters or importlib.import_module(ZERO_PARAMS)
     if module.Init._allgather_params_coalesced is not _allgather_params_in_order:
         setattr_(module.Init, "_allgather_params_coalesced", _allgather_params_in_order)

@@ -12,14 +12,23 @@ import os
 import sys
 from pathlib import Path
 
+from rft.launch.lock import LaunchLocked, acquire_all
 from rft.launch.openrlhf_cli import format_command, resolve_overrides
 from rft.launch.record import build_record, chat_date, git_state, tag_attempt, write_run_record
-from rft.launch.rules import PROFILES, Profile, run_checks, sft_gpus
+from rft.launch.rules import PROFILES, Profile, run_checks, sft_gpus, smoke_mode
 from rft.provenance import REPO_ROOT, GitError
+from rft.smoke import smoke_flags
 
 LOG_ENV = ("METRICS_LOG_DIR", "SAMPLES_LOG_DIR", "SPIKE_LOG_PATH", "RAY_ADDRESS", "CUDA_VISIBLE_DEVICES")
 
 
+def run_dirs(flags: list[str]) -> list[Path]:
+    """The directories one run owns: $METRICS_LOG_DIR and --ckpt_path (the launch lock goes in each)."""
+    dirs = [Path(os.environ["METRICS_LOG_DIR"])] if os.environ.get("METRICS_LOG_DIR") else []
+    for i, token in enumerate(flags[:-1]):
+        if token == "--ckpt_path":
+            dirs.append(Path(flags[i + 1]))
+    return dirs
 
 
 def command_prefix(profile: Profile) -> list[str]:
@@ -67,6 +76,25 @@ def main(argv: list[str] | None = None) -> int:
     rest = [t for t in rest if t not in ("--dry-run", "--no-judge-check")]
     profile = PROFILES[ns.profile]
     rest = resolve_overrides(rest, profile.entry)
+    if smoke_mode() and profile.entry == "ppo":
+        rest = resolve_overrides(smoke_flags(rest), profile.entry)
+    locks: list[int] = []
+    if not dry_run:
+        try:  # held through the exec below: the lock lives as long as the OpenRLHF driver
+            locks = acquire_all(run_dirs(rest), os.environ.get("RUN_NAME", ""))
+        except LaunchLocked as e:
+            print(f"launch refused: {e}", file=sys.stderr)
+            return 1
+    try:
+        return _check_and_launch(ns, profile, rest, dry_run, judge_live)
+    finally:  # reached only without the exec: a refusal or RFT_LAUNCH_NO_EXEC
+        for fd in locks:
+            os.close(fd)
+
+
+def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str], dry_run: bool,
+                      judge_live: bool) -> int:
+    """Run the checks; print them (dry run) or refuse, tag, record and exec OpenRLHF."""
     prefix = command_prefix(profile)
     command = format_command(prefix, rest)
     rep, facts = run_checks(profile, rest, judge_live=judge_live)
@@ -75,9 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         state = git_state(repo, os.environ.get("ATTEMPT"))
     except GitError as e:
         state = None
-        (rep.notes if profile.cpu else rep.blocking).append(f"git: {e}")
-    if state is not None and profile.cpu:
-        rep.notes.append(f"git: {state.sha[:12]} on {state.branch} (CPU profile: no attempt tag, no clean-tree rule)")
+        (rep.notes if profile.cpu or smoke_mode() else rep.blocking).append(f"git: {e}")
+    untagged = profile.cpu or smoke_mode()  # the CPU demonstration and smoke runs are not attempts
+    if state is not None and untagged:
+        why = "CPU profile" if profile.cpu else "smoke run"
+        rep.notes.append(f"git: {state.sha[:12]} on {state.branch} ({why}: no attempt tag, no clean-tree rule)")
     elif state is not None:
         if state.problem:
             rep.blocking.append(f"git: {state.problem}")
@@ -120,14 +150,14 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    assert state is not None or profile.cpu
-    created = False if profile.cpu else tag_attempt(repo, state)
+    assert state is not None or profile.cpu or smoke_mode()
+    created = False if profile.cpu or smoke_mode() else tag_attempt(repo, state)
     record_dir = Path(os.environ.get("RUN_RECORD_DIR") or os.environ.get("METRICS_LOG_DIR") or REPO_ROOT / "runs")
     record = build_record(profile.name, prefix + rest, command, state, created, facts,
                           dict(e.split("=", 1) for e in env_lines), date)
     path = write_run_record(record_dir, record)
     print(
-        f"run record {path}" if profile.cpu
+        f"run record {path}" if profile.cpu or smoke_mode()
         else f"tag {state.tag} {'created' if created else 'already at HEAD (relaunch)'}; run record {path}",
         file=sys.stderr,
     )

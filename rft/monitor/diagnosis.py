@@ -61,6 +61,8 @@ class Thresholds:
     ratio_max_warn: float = 10.0
     logratio_raw_warn: float = 5.0
     reward_zero_steps: int = 3
+    repaired_warn: float = 0.01
+    repaired_fail: float = 0.5
 
 
 def exit_code(verdicts: Sequence[Verdict]) -> int:
@@ -103,6 +105,33 @@ def _mean(values: Sequence[float]) -> float:
 # ---------------------------------------------------------------- rollout/trainer agreement
 
 
+def repaired_share(log: MetricsLog, th: Thresholds) -> tuple[str, tuple[str, str] | None]:
+    """(evidence, problem or None) from `rollout_logprob_repaired`: the share of response tokens whose vLLM
+    log-prob was non-finite and replaced by the trainer's. Those tokens agree by construction, so a high share
+    hides the gap `vllm_kl` measures: an engine returning NaN everywhere would read as perfect agreement."""
+    repaired = log.series("rollout_logprob_repaired")
+    if not repaired:
+        return "", None
+    lengths = dict(log.series("response_length"))
+    shares = [(s, v / lengths[s]) for s, v in repaired if lengths.get(s)]
+    if not shares:  # no lengths to divide by: any repaired token is worth a look
+        step, worst = max(repaired, key=lambda sv: sv[1])
+        if worst <= 0:
+            return "rollout_logprob_repaired 0", None
+        return "", (WARN, f"rollout_logprob_repaired {fmt(worst)} tokens per sample at step {step} "
+                          "(vLLM returned non-finite log-probs)")
+    step, worst = max(shares, key=lambda sv: sv[1])
+    where = f"{worst:.1%} of response tokens at step {step}"
+    if worst > th.repaired_fail:
+        return "", (FAIL, f"rollout log-probs repaired: {where}: vLLM returned non-finite log-probs for most "
+                          "tokens, so vllm_kl compares the trainer with itself; check the engine (MXFP4 kernels, "
+                          "dtype, the synced weights for NaN)")
+    if worst > th.repaired_warn:
+        return "", (WARN, f"rollout log-probs repaired: {where} (vLLM returned non-finite log-probs; those "
+                          "tokens are left out of vllm_kl)")
+    return f"rollout_logprob_repaired at most {where}", None
+
+
 def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
     """vllm_kl large from the start, or a k1 KL to the reference drifting negative, means off-policy rollouts."""
     problems, seen = [], []
@@ -132,7 +161,13 @@ def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
                     f"{name} negative at {neg:.0%} of the last {len(recent)} steps (mean {fmt(_mean(recent))})",
                 )
             )
-    if not seen:
+    measured = bool(seen)  # repaired tokens alone measure no gap
+    repair, repair_problem = repaired_share(log, th)
+    if repair:
+        seen.append(repair)
+    if repair_problem:
+        problems.append(repair_problem)
+    if not measured and not problems:
         return Verdict(
             "agreement",
             "rollout/trainer agreement",
@@ -142,7 +177,9 @@ def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
     if not problems:
         return Verdict("agreement", "rollout/trainer agreement", PASS, "; ".join(seen))
     status = FAIL if any(s == FAIL for s, _ in problems) else WARN
-    evidence = "; ".join(p for _, p in problems) + f" => {SINK_OR_SYNC}"
+    evidence = "; ".join(p for _, p in problems)
+    if problems != [repair_problem]:
+        evidence += f" => {SINK_OR_SYNC}"
     action = "Stop and verify trainer vs vLLM log-probs after a sync before burning compute."
     return Verdict("agreement", "rollout/trainer agreement", status, evidence, action)
 

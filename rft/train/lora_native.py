@@ -19,6 +19,7 @@ Every failure is a ``LoraSyncError`` naming the module.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -106,6 +107,28 @@ class StagedAdapter:
     modules: int
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_dead_slots(base: Path) -> list[Path]:
+    """Delete `rft-lora-PID-*` directories under `base` whose engine process is gone (killed runs leave them on
+    /dev/shm, which is RAM); returns those removed."""
+    removed = []
+    for d in base.glob("rft-lora-*-*"):
+        pid = d.name.split("-")[2]
+        if d.is_dir() and pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 class NativeLoraSlot:
     """Engine side of the native mode: every payload becomes a fresh adapter directory and adapter id.
 
@@ -118,7 +141,9 @@ class NativeLoraSlot:
         base = Path(root) if root else (_TMPFS if _TMPFS.is_dir() and os.access(_TMPFS, os.W_OK) else None)
         if base is not None:
             base.mkdir(parents=True, exist_ok=True)
-        self.root = Path(tempfile.mkdtemp(prefix="rft-lora-", dir=base))
+        sweep_dead_slots(Path(base) if base is not None else Path(tempfile.gettempdir()))
+        self.root = Path(tempfile.mkdtemp(prefix=f"rft-lora-{os.getpid()}-", dir=base))
+        atexit.register(self.close)  # a normal exit; a killed engine's directory goes at the next start
         self.shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self.next_id = 1
 

@@ -16,7 +16,7 @@ Trainer, ``ActorPPOTrainer`` (all ranks gather, rank 0 builds; ppo_actor.patch):
     ref = ray.put(payload)                               # rank 0; a top-level ObjectRef arg is resolved
     results = ray.get([e.apply_lora_update.remote(ref) for e in vllm_engines])
     check_apply_results(results, payload)                # raises LoraSyncError on any mismatch
-    raise_if_failed_on_rank0(failure)                    # every rank: rank 0's failure stops them all
+    raise_if_failed_on_any_rank(failure)                 # every rank: any rank's failure stops them all
 
 Engine side: ``decode_payload`` (validated A, B and scaling per module), ``check_same_targets`` (a later sync
 targets the first one's modules). Also ``encode_tensor`` / ``decode_tensor``, ``payload_nbytes``,
@@ -47,18 +47,27 @@ class LoraSyncError(RuntimeError):
     """A LoRA sync that would leave vLLM generating from a policy other than the trainer's."""
 
 
-def raise_if_failed_on_rank0(failure: BaseException | None) -> None:
-    """Collective: broadcast rank 0's sync failure (or None) so that every rank raises the same LoraSyncError.
+def raise_if_failed_on_any_rank(failure: BaseException | None) -> None:
+    """Collective: every rank's sync outcome in one all-gather; any failure raises a LoraSyncError on every rank.
 
-    Only rank 0 talks to the engines; without this the other ranks would wait on the next barrier until the
-    collective timeout (60 minutes) after rank 0 died. Outside torch.distributed it just re-raises locally.
+    Rank 0 talks to the engines, every rank gathers: without this a rank that failed would stop alone and the
+    others wait on the next collective until its timeout (60 minutes), or carry on. The message names the first
+    failing rank and its error. Outside torch.distributed it just re-raises locally.
     """
-    message = [f"{type(failure).__name__}: {failure}" if failure is not None else None]
+    mine = f"{type(failure).__name__}: {failure}" if failure is not None else None
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.broadcast_object_list(message, src=0)
-    if message[0] is not None:
-        raise LoraSyncError(f"LoRA sync to vLLM failed on rank 0, stopping every rank: {message[0]}") from failure
+        outcomes: list[str | None] = [None] * dist.get_world_size()
+        dist.all_gather_object(outcomes, mine)
+    else:
+        outcomes = [mine]
+    failed = [(r, m) for r, m in enumerate(outcomes) if m is not None]
+    if failed:
+        first, message = failed[0]
+        others = f" (also rank(s) {', '.join(str(r) for r, _ in failed[1:])})" if len(failed) > 1 else ""
+        raise LoraSyncError(
+            f"LoRA sync to vLLM failed on rank {first}{others}, stopping every rank: {message}"
+        ) from failure
 
 
 # ----------------------------------------------------------------------------------------------------------

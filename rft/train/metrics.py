@@ -87,10 +87,17 @@ KNOWN_KEYS = (
     "grad_norm_steps",
     # rft: advantage and per-token entropy statistics over every action token of a step (rft.train.token_stats)
     *TOKEN_STAT_KEYS,
+    # rft: vLLM log-probs that were non-finite, replaced by the trainer's (experience_maker.patch), per sample
+    "rollout_logprob_repaired",
     # rft: LoRA weight sync into vLLM
     "lora_sync_seconds",
     "lora_sync_bytes",
     "lora_sync_params",
+    "lora_sync_modules",
+    "lora_sync_expected_modules",
+    "lora_sync_skipped",
+    "lora_sync_probe_logprob",
+    "lora_sync_probe_delta",
 )
 """Metric keys the patched trainer may write; eval keys (`eval_*`) come on top of these."""
 

@@ -74,3 +74,15 @@ def test_zero3_from_pretrained_on_two_gloo_ranks_matches_the_checkpoint(tmp_path
     model_dir = build_tiny_model(tmp_path / "qwen2", hidden_size=128, dtype="bfloat16")
     results = zero3_loads(model_dir, 16, "in-order")
     assert [r["bad_loads"] for r in results] == [0, 0], results
+
+
+def test_standins_refuse_to_install_where_cuda_is_available(monkeypatch):
+    """On a GPU node the stand-ins would turn every device call into the CPU: they refuse, changing nothing."""
+    real = torch.cuda.current_device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    with pytest.raises(cpu_standins.StandinsOnGpuError, match="8 GPU"):
+        cpu_standins.install(torch, setattr_=monkeypatch.setattr)
+    assert torch.cuda.current_device is real
+    with pytest.raises(cpu_standins.StandinsOnGpuError):
+        cpu_standins.install_in_order_allgather(setattr_=monkeypatch.setattr)

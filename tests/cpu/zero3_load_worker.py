@@ -1,9 +1,10 @@
 """One gloo rank of repeated ZeRO-3 `from_pretrained` loads (launched by tests/cpu/test_standins.py).
 
-usage: python tests/cpu/zero3_load_worker.py RANK WORLD_SIZE PORT LOADS MODEL_DIR in-order|deepspeed
+usage: python tests/cpu/zero3_load_worker.py RANK WORLD_SIZE PORT LOADS MODEL_DIR in-order|deepspeed|setting
 After each load every parameter's local partition is compared with the checkpoint on disk; prints one JSON line:
 {"rank": R, "loads": N, "bad_loads": B, "first": [[name, differing, non_finite], ...]}.
-`deepspeed` leaves DeepSpeed's coalesced all-gather as it is, to see the race on gloo (it is not in any test).
+`deepspeed` leaves DeepSpeed's coalesced all-gather as it is, to see the race on gloo (it is not in any test);
+`setting` leaves it too and sets DeepSpeed's own `zero_optimization.stage3_allgather_sequential` instead.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def main() -> None:
         cpu_standins.install_in_order_allgather()
     deepspeed.init_distributed(dist_backend="gloo")
     reference = load_file(os.path.join(model_dir, "model.safetensors"))
-    config = {"zero_optimization": {"stage": 3}, "bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": 1,
+    zero = {"stage": 3, "stage3_allgather_sequential": True} if mode == "setting" else {"stage": 3}
+    config = {"zero_optimization": zero, "bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": 1,
               "train_batch_size": world}
     bad, first = 0, []
     for _ in range(loads):

@@ -51,6 +51,7 @@ def recipe_20b(data_dir: Path) -> dict:
         prompt_data=str(data_dir / "sft_rl_pool.jsonl"), eval_dataset=str(data_dir / "probe_set_200_ood.jsonl"),
         eval_steps=5, eval_temperature=0.0, eval_n_samples_per_prompt=1, attn_implementation="eager",
         packing_samples=False, apply_chat_template=True, vllm_sync_lora_via_object_store=True,
+        enable_vllm_is_correction=True, vllm_is_correction_type="tis", vllm_is_truncated_threshold=[0.5, 5.0],
     )
 
 
@@ -125,7 +126,8 @@ def test_dry_run_passes_the_real_parser(name, patched_root, data_dir, tmp_path, 
                                        prompt_data=str(data_dir / "sft_rl_pool_400.jsonl")),
         "train_grpo_small.sh": dict(colocate_all_models=True, vllm_enable_sleep=True, deepspeed_enable_sleep=True,
                                     actor_num_gpus_per_node=1, vllm_num_engines=1, vllm_tensor_parallel_size=1,
-                                    max_samples=200, n_samples_per_prompt=2, generate_max_len=256),
+                                    max_samples=200, n_samples_per_prompt=2, generate_max_len=256,
+                                    enable_vllm_is_correction=True),
         "train_sft.sh": dict(lora_rank=32, lora_alpha=64, output_key="output", attn_implementation="eager",
                              dataset=str(data_dir / "sft_train.jsonl"), gradient_checkpointing=True),
     }[name]
@@ -154,6 +156,8 @@ def test_command_line_overrides_script(patched_root, data_dir, tmp_path, monkeyp
     # A switch (store_true flag) is dropped through its environment variable.
     res = run_script("train_grpo_20b.sh", {**env, "SAVE_HF_CKPT": "0"}, "--dry-run")
     assert res.returncode == 0 and "--save_hf_ckpt" not in res.stdout
+    res = run_script("train_grpo_120b.sh", {**env, "VLLM_IS_CORRECTION": "0"}, "--dry-run")
+    assert res.returncode == 0 and "--enable_vllm_is_correction" not in res.stdout
 
 
 def test_lora_sync_switch_merge_or_native(patched_root, data_dir, tmp_path, monkeypatch):
@@ -425,3 +429,74 @@ def test_reward_switch_and_judge_dry_run(patched_root, data_dir, tmp_path, monke
     assert run_script("train_grpo_20b.sh", {**base, "REWARD": "gemini"}, "--dry-run").returncode != 0
     res = run_script("train_grpo_20b.sh", {**base, "REWARD": "em"}, "--dry-run")
     assert "judge:" not in res.stderr and "reward_func_em.py" in res.stdout
+
+
+FAKE_SMI_8 = """#!/usr/bin/env bash
+# stand-in for the 8xH100 node's nvidia-smi: `-L` and the CSV query the launcher reads
+for i in 0 1 2 3 4 5 6 7; do
+    if [[ "${1:-}" == -L ]]; then echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-fake-$i)"
+    else echo "$i, NVIDIA H100 80GB HBM3, 81559"; fi
+done
+"""
+
+
+def fake_gpu_path(tmp_path: Path) -> str:
+    """PATH with a fake nvidia-smi listing 8 H100s first."""
+    bin_dir = tmp_path / "gpubin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "nvidia-smi").write_text(FAKE_SMI_8)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}"
+
+
+def test_standins_rule_keeps_the_cpu_profile_and_the_gpu_profiles_apart():
+    h100 = [{"index": 0, "name": "NVIDIA H100", "memory_gib": 79.6}]
+    cpu, gpu = rules.PROFILES["cpu"], rules.PROFILES["20b"]
+    assert rules.standins_rule(cpu, {}, None) == [] and rules.standins_rule(cpu, {}, []) == []
+    assert "CPU profile on a GPU node: nvidia-smi lists 1 GPU(s)" in rules.standins_rule(cpu, {}, h100)[0]
+    assert rules.standins_rule(gpu, {"PYTHONPATH": str(ROOT)}, h100) == []
+    (err,) = rules.standins_rule(gpu, {"RFT_CPU_STANDINS": "1"}, h100)
+    assert "RFT_CPU_STANDINS=1 is set" in err
+    (err,) = rules.standins_rule(gpu, {"PYTHONPATH": f"{ROOT}:/elsewhere/rft/cpu/site"}, h100)
+    assert "PYTHONPATH holds /elsewhere/rft/cpu/site" in err
+
+
+def test_cpu_profile_is_refused_on_a_gpu_node(patched_root, data_dir, tmp_path):
+    """With nvidia-smi listing 8 GPUs neither the CPU script nor RFT_PROFILE=cpu on a GPU script gets through."""
+    env = script_env(patched_root, data_dir, tmp_path, PATH=fake_gpu_path(tmp_path))
+    res = run_script("train_grpo_cpu.sh", env, "--dry-run")
+    assert res.returncode == 1 and "train_grpo_cpu.sh: refused: nvidia-smi lists 8 GPU(s)" in res.stderr
+    assert res.stdout == ""
+    res = run_script("train_grpo_20b.sh", {**env, "RFT_PROFILE": "cpu"}, "--dry-run")
+    assert res.returncode == 1 and "ERROR CPU profile on a GPU node: nvidia-smi lists 8 GPU(s)" in res.stderr
+
+
+def test_gpu_profile_refuses_the_cpu_standins(patched_root, data_dir, tmp_path):
+    env = script_env(patched_root, data_dir, tmp_path, PATH=fake_gpu_path(tmp_path))
+    res = run_script("train_grpo_20b.sh", {**env, "RFT_CPU_STANDINS": "1"}, "--dry-run")
+    assert res.returncode == 1 and "ERROR RFT_CPU_STANDINS=1 is set" in res.stderr
+    site = str(ROOT / "rft" / "cpu" / "site")
+    res = run_script("train_grpo_120b.sh", {**env, "PYTHONPATH": site}, "--dry-run")
+    assert res.returncode == 1 and f"ERROR PYTHONPATH holds {site}" in res.stderr
+
+
+@pytest.mark.parametrize("name", ["train_grpo_20b.sh", "train_grpo_120b.sh"])
+def test_gpu_scripts_log_the_gap_and_smoke_dry_run_shows_the_smoke_layout(name, patched_root, data_dir, tmp_path,
+                                                                         monkeypatch):
+    env = script_env(patched_root, data_dir, tmp_path, PATH=fake_gpu_path(tmp_path))
+    res = run_script(name, env, "--dry-run")
+    assert res.returncode == 0 and "    --enable_vllm_is_correction \\" in res.stdout, res.stderr
+    res = run_script(name, {**env, "SMOKE": "1"}, "--dry-run")
+    assert res.returncode == 0, res.stderr
+    argv, a = parsed_command(res.stdout, patched_root, monkeypatch)
+    assert (a.max_samples, a.eval_steps, a.save_steps, a.actor_learning_rate) == (3 * a.rollout_batch_size, -1, -1,
+                                                                                   1e-4)
+    assert a.lora_sync_probe and a.enable_vllm_is_correction and "--load_checkpoint" not in argv
+    # the recipe's layout and engines are kept
+    assert (a.vllm_num_engines, a.vllm_tensor_parallel_size, a.actor_num_gpus_per_node) == (2, 2, 4)
+    assert a.ckpt_path.endswith("-smoke") and "smoke run: " in res.stderr and "no attempt tag" in res.stderr
+
+
+def test_smoke_needs_a_lora_sync(patched_root, data_dir, tmp_path):
+    res = run_script("train_grpo_small.sh", script_env(patched_root, data_dir, tmp_path, SMOKE="1"), "--dry-run")
+    assert res.returncode == 1 and "SMOKE=1 checks the LoRA sync to vLLM" in res.stderr

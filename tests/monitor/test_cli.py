@@ -244,3 +244,26 @@ def test_run_of_checkout_by_location_or_record(tmp_path):
     d = _run_dir(tmp_path / "scratch" / "rft_metrics" / "a30", str(root), age=5)
     latest = find_latest(root, [str(tmp_path / "scratch" / "rft_metrics" / "*")])
     assert latest.metrics_dir == d and latest.ckpt_path() == str(d.parent / "ckpt")
+
+
+@pytest.mark.parametrize(("share", "code", "needle"), [(0.0, 0, "rollout_logprob_repaired at most 0.0%"),
+                                                       (0.05, 1, "WARN"), (1.0, 2, "FAIL")])
+def test_monitor_sh_check_does_not_pass_repaired_rollout_logprobs(share, code, needle, tmp_path):
+    """The healthy run with a share of its vLLM log-probs repaired: 5% warns, all of them (an engine returning
+    NaN everywhere, where vllm_kl reads as perfect agreement) fails the agreement check."""
+    d = write_scenario("healthy", tmp_path / "h")
+    path = d / "training_metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:
+        if "response_length" in row:
+            row["rollout_logprob_repaired"] = share * row["response_length"]
+            row["vllm_kl"] = 0.0 if share == 1.0 else row.get("vllm_kl", 0.0)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = subprocess.run(["bash", str(ROOT / "monitor.sh"), "--check"], capture_output=True, text=True,
+                         env={**os.environ, "METRICS_LOG_DIR": str(d), "COLUMNS": "250", "PYTHON": sys.executable},
+                         timeout=60)
+    assert res.returncode == code, res.stdout + res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if "rollout/trainer agreement" in ln)
+    assert needle in line or needle in res.stdout, res.stdout
+    if share:
+        assert "rollout log-probs repaired" in res.stdout

@@ -245,3 +245,23 @@ def test_a_plateau_after_learning_is_not_flat_learning():
     assert verdict([0.40 + w for w in wobble[:12]] + [0.40 + w for w in wobble]).status == WARN
     assert verdict([0.10, 0.12, 0.15, 0.20, 0.25, 0.30, 0.35, 0.38, 0.40, 0.41, 0.42, 0.42]
                    + [0.42 + w for w in wobble]) is None
+
+
+def test_repaired_rollout_logprobs_cannot_pass_the_agreement_check():
+    """An engine returning non-finite log-probs everywhere: every token repaired, vllm_kl 0 (the trainer compared
+    with itself). The share of repaired tokens decides: <= 1% passes, above warns, above half fails."""
+    def verdict(share: float, **extra):
+        log = MetricsLog()
+        for s in range(1, 7):
+            log.add({"global_step": s, "response_length": 200.0, "rollout_logprob_repaired": 200.0 * share,
+                     **extra}, "x")
+        return {v.check: v for v in diagnose(log)}["rollout/trainer agreement"]
+
+    everywhere = verdict(1.0, vllm_kl=0.0)
+    assert everywhere.status == FAIL and "100.0% of response tokens" in everywhere.evidence
+    assert "attention sinks" not in everywhere.evidence  # the cause named is the engine, not sinks or sync
+    assert verdict(0.6, vllm_kl=0.0).status == FAIL
+    assert verdict(0.05, vllm_kl=0.0).status == WARN
+    ok = verdict(0.005, vllm_kl=1e-4)
+    assert ok.status == PASS and "rollout_logprob_repaired at most 0.5%" in ok.evidence
+    assert verdict(0.0).status == MISSING  # no vllm_kl, no reference: nothing measured the gap

@@ -4,12 +4,17 @@ msgpack, PEFT's scaling, refusals of what the sync cannot carry, and the checks 
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import msgpack
 import pytest
 import torch
 
+from rft.cpu.local_ray import free_port
 from rft.train.lora_payload import (
     LoraSyncError,
     build_payload,
@@ -21,8 +26,10 @@ from rft.train.lora_payload import (
     hf_base_name,
     lora_parameters,
     payload_nbytes,
-    raise_if_failed_on_rank0,
+    raise_if_failed_on_any_rank,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _peft(targets, seed=0):
@@ -155,9 +162,39 @@ def test_apply_results_and_targets_are_checked():
         check_same_targets(["a", "b"], ["b", "c"])
 
 
-def test_a_failure_on_rank0_is_raised_as_a_sync_error():
-    """Outside torch.distributed there is no one to tell: rank 0's failure is raised locally, None passes."""
-    raise_if_failed_on_rank0(None)
+def test_a_failure_outside_torch_distributed_is_raised_as_a_sync_error():
+    """Outside torch.distributed there is no one to tell: the failure is raised locally, None passes."""
+    raise_if_failed_on_any_rank(None)
     with pytest.raises(LoraSyncError, match="failed on rank 0.*ValueError: engine 1 died") as err:
-        raise_if_failed_on_rank0(ValueError("engine 1 died"))
+        raise_if_failed_on_any_rank(ValueError("engine 1 died"))
     assert isinstance(err.value.__cause__, ValueError)
+
+
+SYNC_RANK = """
+import sys, time, torch.distributed as dist
+from rft.train.lora_payload import LoraSyncError, raise_if_failed_on_any_rank
+rank, port = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+failure = RuntimeError("rank 1 lost its adapter shard") if rank == 1 else None
+start = time.time()
+try:
+    raise_if_failed_on_any_rank(failure)
+except LoraSyncError as e:
+    print(f"RAISED {time.time() - start:.1f} {e}", flush=True)
+"""
+
+
+def test_a_failure_on_rank1_stops_every_rank_with_its_message():
+    """Two gloo ranks, the failure on rank 1 alone: both raise at once, with rank 1's message."""
+    port = str(free_port())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, "-c", SYNC_RANK, str(r), port], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for r in (0, 1)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for (out, err), proc in zip(outs, procs, strict=True):
+        assert proc.returncode == 0, err[-2000:]
+        seconds, message = out.split("RAISED ", 1)[1].split(" ", 1)
+        assert float(seconds) < 10
+        assert message.strip() == (
+            "LoRA sync to vLLM failed on rank 1, stopping every rank: RuntimeError: rank 1 lost its adapter shard"
+        )

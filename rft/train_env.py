@@ -1,0 +1,239 @@
+"""The GPU training environment: find one that holds the pinned stack, else build `.venv-train` by a fixed recipe.
+
+`python3 -m rft.train_env plan` prints the environment found and the install order and runs nothing but a
+read-only probe of each candidate interpreter; `ensure` uses the environment found or builds one beside the
+target (`.venv-train.building`), verifies it, and renames it into place only then, so a half-built environment
+never shadows a working one. Stdlib only: it runs before any environment exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The pinned stack: import name -> (distribution, version). torch is vLLM 0.15.1's own pin (torch==2.9.1,
+# torchvision==0.24.1, torchaudio==2.9.1 in its metadata); OpenRLHF 0.9.3 pins flash-attn==2.8.3.
+STACK = {
+    "torch": ("torch", "2.9.1"),
+    "vllm": ("vllm", "0.15.1"),
+    "openrlhf": ("openrlhf", "0.9.3"),
+    "deepspeed": ("deepspeed", "0.18.5"),
+    "flash_attn": ("flash-attn", "2.8.3"),
+    "ray": ("ray", "2.48.0"),
+    "transformers": ("transformers", "4.57.6"),
+    "peft": ("peft", "0.17.1"),
+}
+TORCH_COMPANIONS = ("torchvision==0.24.1", "torchaudio==2.9.1")
+FLASH_ATTN_BUILD_DEPS = ("packaging", "ninja", "psutil", "einops", "wheel")
+
+# Runs inside a candidate interpreter: {import name: [distribution version or None, importable]}.
+PROBE = """
+import importlib.metadata as md, importlib.util as iu, json, sys
+stack = json.loads(sys.argv[1])
+out = {}
+for mod, (dist, _) in stack.items():
+    try:
+        version = md.version(dist)
+    except md.PackageNotFoundError:
+        version = None
+    out[mod] = [version, iu.find_spec(mod) is not None]
+print(json.dumps({"python": sys.executable, "prefix": sys.prefix, "stack": out}))
+"""
+
+# Runs inside the built environment: real imports, CUDA, and the versions again.
+VERIFY = """
+import importlib, importlib.metadata as md, json, sys
+stack = json.loads(sys.argv[1])
+bad = []
+for mod, (dist, want) in stack.items():
+    try:
+        importlib.import_module(mod)
+    except Exception as e:
+        bad.append(f"import {mod}: {type(e).__name__}: {e}")
+        continue
+    have = md.version(dist).split("+")[0]
+    if have != want:
+        bad.append(f"{dist} {have}, pinned {want}")
+import torch
+if not torch.cuda.is_available():
+    bad.append("torch.cuda.is_available() is False")
+print(json.dumps(bad))
+"""
+
+
+@dataclass
+class EnvReport:
+    """What one candidate interpreter holds of the stack."""
+
+    python: str
+    found: dict[str, str | None] = field(default_factory=dict)  # import name -> version (None: absent)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def judge(python: str, probe: dict) -> EnvReport:
+    """Compare a probe's result with STACK: every module importable at its pinned version (local tags ignored)."""
+    rep = EnvReport(python)
+    for mod, (dist, want) in STACK.items():
+        version, importable = probe.get(mod, [None, False])
+        rep.found[mod] = version
+        if version is None or not importable:
+            rep.problems.append(f"{dist} missing")
+        elif version.split("+")[0] != want:
+            rep.problems.append(f"{dist} {version}, pinned {want}")
+    return rep
+
+
+def probe_env(python: str) -> EnvReport:
+    """Run PROBE in `python` (nothing is imported there but the stdlib)."""
+    try:
+        res = subprocess.run([python, "-c", PROBE, json.dumps(STACK)], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as e:
+        return EnvReport(python, problems=[f"cannot run: {e}"])
+    if res.returncode != 0:
+        return EnvReport(python, problems=[f"probe failed: {res.stderr.strip()[-300:]}"])
+    return judge(python, json.loads(res.stdout)["stack"])
+
+
+def candidates(env: dict[str, str], venv: Path) -> list[str]:
+    """Interpreters to consider, in order: $PYTHON, the built venv, the active conda env / virtualenv, python3."""
+    out = []
+    if env.get("PYTHON"):
+        out.append(env["PYTHON"])
+    out.append(str(venv / "bin" / "python"))
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        if env.get(var):
+            out.append(str(Path(env[var]) / "bin" / "python"))
+    found = shutil.which("python3", path=env.get("PATH"))
+    if found:
+        out.append(found)
+    seen, unique = set(), []
+    for c in out:
+        if c not in seen and Path(c).exists():
+            seen.add(c)
+            unique.append(c)
+    return unique
+
+
+def find_env(env: dict[str, str], venv: Path) -> tuple[EnvReport | None, list[EnvReport]]:
+    """(the first candidate holding the whole pinned stack or None, every candidate's report)."""
+    reports = [probe_env(c) for c in candidates(env, venv)]
+    return next((r for r in reports if r.ok), None), reports
+
+
+def install_steps(base_python: str, building: Path, repo: Path = REPO) -> list[tuple[str, list[str]]]:
+    """The recipe, in order: (what, argv). torch first at vLLM's pin, flash-attn built against it without
+    build isolation (its setup.py imports torch), then the rest under a constraint that keeps that torch."""
+    pip = [str(building / "bin" / "python"), "-m", "pip"]
+    torch_pin = f"torch=={STACK['torch'][1]}"
+    constraints = building / "constraints-train.txt"
+    return [
+        ("venv", [base_python, "-m", "venv", str(building)]),
+        ("pip, setuptools, wheel", [*pip, "install", "-U", "pip", "setuptools", "wheel"]),
+        (f"{torch_pin} (vLLM 0.15.1's pin) first", [*pip, "install", torch_pin, *TORCH_COMPANIONS]),
+        ("flash-attn's build requirements", [*pip, "install", *FLASH_ATTN_BUILD_DEPS]),
+        ("flash-attn 2.8.3 against that torch, no build isolation",
+         [*pip, "install", "--no-build-isolation", f"flash-attn=={STACK['flash_attn'][1]}"]),
+        ("the rest: rft[train] with torch and flash-attn held",
+         [*pip, "install", "-c", str(constraints), "-e", f"{repo}[train]"]),
+        ("pip check", [*pip, "check"]),
+    ]
+
+
+def constraints_text() -> str:
+    """Pins the later steps must not move."""
+    return f"torch=={STACK['torch'][1]}\nflash-attn=={STACK['flash_attn'][1]}\n" + "\n".join(TORCH_COMPANIONS) + "\n"
+
+
+def describe(found: EnvReport | None, reports: list[EnvReport], venv: Path, base_python: str) -> str:
+    """The plan, as `plan` prints it."""
+    lines = ["# candidate environments (pinned: " + ", ".join(f"{d}=={v}" for d, v in STACK.values()) + ")"]
+    for r in reports:
+        state = "OK, holds the pinned stack" if r.ok else "; ".join(r.problems)
+        lines.append(f"  {r.python}: {state}")
+    if found is not None:
+        lines.append(f"environment found: {found.python} (nothing to install)")
+        return "\n".join(lines)
+    building = venv.with_name(venv.name + ".building")
+    lines.append(f"no environment holds the pinned stack: would build {building}, verify it, rename it to {venv}")
+    for i, (what, argv) in enumerate(install_steps(base_python, building), start=1):
+        lines.append(f"  {i}. {what}: {' '.join(argv)}")
+    lines.append(f"  {len(install_steps(base_python, building)) + 1}. verify: the pinned versions, real imports, "
+                 "torch.cuda.is_available()")
+    lines.append(f"  {len(install_steps(base_python, building)) + 2}. rename {building.name} -> {venv.name}")
+    return "\n".join(lines)
+
+
+def relocate(building: Path, venv: Path) -> None:
+    """Rename a finished venv into place and point its scripts (shebangs, activate) at the new path."""
+    if venv.exists():
+        shutil.rmtree(venv)
+    building.rename(venv)
+    old, new = str(building), str(venv)
+    for f in (venv / "bin").iterdir():
+        if f.is_file() and not f.is_symlink():
+            try:
+                text = f.read_text()
+            except (UnicodeDecodeError, OSError):
+                continue
+            if old in text:
+                f.write_text(text.replace(old, new))
+
+
+def build(base_python: str, venv: Path, log=print) -> str:
+    """Build beside `venv`, verify, rename into place; returns the new interpreter. Raises RuntimeError."""
+    building = venv.with_name(venv.name + ".building")
+    if building.exists():
+        shutil.rmtree(building)  # a previous build that did not finish
+    for i, (what, argv) in enumerate(install_steps(base_python, building), start=1):
+        log(f"[{i}] {what}")
+        if subprocess.run(argv).returncode != 0:
+            raise RuntimeError(f"step {i} ({what}) failed: {' '.join(argv)}; {venv} left as it was")
+        if i == 1:  # the venv exists now: the pins the later steps are held to
+            (building / "constraints-train.txt").write_text(constraints_text())
+    res = subprocess.run([str(building / "bin" / "python"), "-c", VERIFY, json.dumps(STACK)],
+                         capture_output=True, text=True)
+    bad = json.loads(res.stdout) if res.returncode == 0 else [res.stderr.strip()[-500:]]
+    if bad:
+        raise RuntimeError(f"verify failed: {'; '.join(bad)}; {venv} left as it was")
+    relocate(building, venv)
+    return str(venv / "bin" / "python")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m rft.train_env", description=__doc__.splitlines()[0])
+    p.add_argument("action", choices=("plan", "ensure"), help="plan: print, run nothing; ensure: find or build")
+    p.add_argument("--venv", default=str(REPO / ".venv-train"), help="the environment to build (default .venv-train)")
+    p.add_argument("--base-python", default=sys.executable, help="interpreter the venv is built from")
+    ns = p.parse_args(argv)
+    venv = Path(ns.venv).absolute()
+    found, reports = find_env(dict(os.environ), venv)
+    if ns.action == "plan":
+        print(describe(found, reports, venv, ns.base_python))
+        return 0
+    print(describe(found, reports, venv, ns.base_python), file=sys.stderr)
+    if found is not None:
+        print(found.python)
+        return 0
+    try:
+        python = build(ns.base_python, venv, log=lambda m: print(m, file=sys.stderr, flush=True))
+    except RuntimeError as e:
+        print(f"train env: {e}", file=sys.stderr)
+        return 1
+    print(python)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""SMOKE=1 on the CPU profile: the same code path as `SMOKE=1 bash train_grpo_20b.sh` (the launcher's smoke
+recipe, the sync probe in the patched actor, the verdict), on the tiny model. With the sync it must PASS; with
+the sync skipped (SYNC_OFF=1: the adapter never reaches vLLM) it must FAIL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("smoke-inputs")
+    subprocess.run([sys.executable, "-m", "rft.cpu.demo", str(out)], check=True, cwd=ROOT,
+                   env={**os.environ, "TORCHDYNAMO_DISABLE": "1", "OMP_NUM_THREADS": "1"})
+    return out
+
+
+def smoke(out_root: Path, inputs: Path, name: str, **extra: str) -> tuple[int, str]:
+    """`SMOKE=1 bash train_grpo_cpu.sh` to the end: (exit status, its output)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "METRICS_", "SAMPLES_", "SPIKE_"))}
+    env.update(PYTHON=sys.executable, OUT_ROOT=str(out_root), INPUTS=str(inputs), RUN_NAME=name, SMOKE="1",
+               TQDM_DISABLE="1", **extra)
+    log = out_root / f"{name}.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(["bash", str(ROOT / "train_grpo_cpu.sh")], env=env, cwd=ROOT, stdout=f,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=1800)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    return rc, log.read_text(errors="replace")
+
+
+def verdict_lines(out: str) -> list[str]:
+    """From `# smoke verdict` to its last line, `SMOKE PASS` or `SMOKE FAIL` (the exit trap prints after it)."""
+    lines = out[out.index("# smoke verdict"):].splitlines()
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("SMOKE "))
+    return lines[: end + 1]
+
+
+def test_smoke_passes_with_the_sync_and_fails_without_it(tmp_path, inputs):
+    rc, out = smoke(tmp_path, inputs, "cpu-sync")
+    lines = verdict_lines(out)
+    print("\n".join(lines))
+    assert rc == 0 and lines[-1] == "SMOKE PASS", out[-6000:]
+    assert (tmp_path / "cpu-sync-smoke" / "metrics" / "training_metrics.jsonl").is_file()  # its own directories
+    assert any("PASS  every targeted module synced at every step: 3 step(s)" in ln for ln in lines)
+    assert any(ln.startswith("  info  sync seconds: ") for ln in lines)
+
+    rc, out = smoke(tmp_path, inputs, "cpu-nosync", SYNC_OFF="1")
+    lines = verdict_lines(out)
+    print("\n".join(lines))
+    assert rc == 1 and lines[-1] == "SMOKE FAIL", out[-6000:]
+    assert any(ln.startswith("  FAIL  every targeted module synced") and "sync skipped" in ln for ln in lines)
+    assert any(ln.startswith("  FAIL  probe log-prob moved") for ln in lines)

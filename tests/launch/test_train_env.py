@@ -1,0 +1,143 @@
+"""rft/train_env.py and `make train`: the environment found by what it can import, the install recipe's order and
+pins, the build beside and rename, and a dry run that runs nothing (a fake nvidia-smi stands in for the GPUs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from rft import train_env
+from rft.train_env import STACK, describe, find_env, install_steps, judge, relocate
+
+ROOT = Path(__file__).resolve().parents[2]
+PINNED = {mod: [version, True] for mod, (_, version) in STACK.items()}
+
+FAKE_SMI = """#!/usr/bin/env bash
+for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-fake-$i)"; done
+"""
+
+
+def fake_env(root: Path, versions: dict[str, str | None]) -> Path:
+    """An interpreter whose sys.path holds a stand-in of each package at `versions` (None: absent)."""
+    site = root / "site"
+    for mod, (dist, _) in STACK.items():
+        version = versions.get(mod)
+        if version is None:
+            continue
+        (site / mod).mkdir(parents=True)
+        (site / mod / "__init__.py").write_text("")
+        info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    python = root / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/usr/bin/env bash\nPYTHONPATH="{site}" exec "{sys.executable}" -S "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
+def test_judge_wants_every_package_importable_at_its_pin():
+    assert judge("py", PINNED).ok
+    assert judge("py", {**PINNED, "torch": ["2.9.1+cu128", True]}).ok  # local build tags are the same release
+    rep = judge("py", {**PINNED, "vllm": ["0.15.0", True], "flash_attn": [None, False],
+                       "openrlhf": ["0.9.3", False]})
+    assert rep.problems == ["vllm 0.15.0, pinned 0.15.1", "openrlhf missing", "flash-attn missing"]
+
+
+def test_the_active_env_with_the_stack_wins_over_a_half_built_venv(tmp_path):
+    pinned = {mod: version for mod, (_, version) in STACK.items()}
+    conda = fake_env(tmp_path / "conda", pinned)
+    half = fake_env(tmp_path / "repo" / ".venv-train", {"torch": "2.9.1"})  # an interrupted build
+    env = {"CONDA_PREFIX": str(tmp_path / "conda"), "PATH": "/nonexistent"}
+    found, reports = find_env(env, tmp_path / "repo" / ".venv-train")
+    assert [r.python for r in reports] == [str(half), str(conda)]
+    assert found is not None and found.python == str(conda)
+    assert "vllm missing" in reports[0].problems
+    text = describe(found, reports, tmp_path / "repo" / ".venv-train", "python3")
+    assert f"environment found: {conda} (nothing to install)" in text
+
+
+def test_the_install_order_and_its_pins(tmp_path):
+    steps = install_steps("python3.12", tmp_path / ".venv-train.building")
+    whats = [w for w, _ in steps]
+    argv = {w: a for w, a in steps}
+    torch_step = next(w for w in whats if w.startswith("torch=="))
+    flash_step = next(w for w in whats if w.startswith("flash-attn 2.8.3"))
+    rest_step = next(w for w in whats if w.startswith("the rest"))
+    assert whats.index(torch_step) < whats.index(flash_step) < whats.index(rest_step) < whats.index("pip check")
+    assert argv[torch_step][-3:] == ["torch==2.9.1", "torchvision==0.24.1", "torchaudio==2.9.1"]
+    assert "--no-build-isolation" in argv[flash_step] and argv[flash_step][-1] == "flash-attn==2.8.3"
+    assert argv[rest_step][-2:] == ["-e", f"{train_env.REPO}[train]"] and "-c" in argv[rest_step]
+    held = train_env.constraints_text().split()
+    assert "torch==2.9.1" in held and "flash-attn==2.8.3" in held  # the rest cannot move them: no second torch
+    assert all(a[0] == str(tmp_path / ".venv-train.building" / "bin" / "python") for _, a in steps[1:])
+
+
+def test_the_stack_matches_the_train_extra():
+    """STACK and pyproject's `train` extra name the same versions (one place to bump is not enough)."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["train"]
+    pins = {r.split("==")[0].split("[")[0]: r.split("==")[1].split()[0] for r in extra if "==" in r}
+    for dist, version in STACK.values():
+        if dist in pins:
+            assert pins[dist] == version, dist
+    assert {"openrlhf", "vllm", "deepspeed", "ray", "transformers", "peft"} <= set(pins)
+
+
+def test_relocate_renames_a_finished_venv_and_its_scripts(tmp_path):
+    building = tmp_path / ".venv-train.building"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(building)], check=True)
+    (building / "bin" / "tool").write_text(f"#!{building}/bin/python\nprint('ok')\n")
+    relocate(building, tmp_path / ".venv-train")
+    assert not building.exists()
+    assert (tmp_path / ".venv-train" / "bin" / "tool").read_text().startswith(f"#!{tmp_path / '.venv-train'}/bin/")
+    assert str(building) not in (tmp_path / ".venv-train" / "bin" / "activate").read_text()
+    res = subprocess.run([str(tmp_path / ".venv-train" / "bin" / "python"), "-c", "import sys; print(sys.prefix)"],
+                         capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == str(tmp_path / ".venv-train")
+
+
+def test_make_train_dry_run_on_a_gpu_node_runs_nothing_and_prints_the_plan(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    venv = tmp_path / ".venv-train"
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON")}
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    res = subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), "train", "DRY_RUN=1",
+                          f"PYTHON={sys.executable}", f"TRAIN_VENV={venv}"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "make train: 8 GPU(s) (nvidia-smi -L)" in res.stderr
+    out = res.stdout
+    assert f"would build {venv}.building, verify it, rename it to {venv}" in out
+    order = [line.split(":")[0].strip() for line in out.splitlines() if line.startswith("  ") and ". " in line]
+    assert [o.split(". ", 1)[1] for o in order][:6] == [
+        "venv", "pip, setuptools, wheel", "torch==2.9.1 (vLLM 0.15.1's pin) first", "flash-attn's build requirements",
+        "flash-attn 2.8.3 against that torch, no build isolation", "the rest"]
+    assert not venv.exists() and not Path(f"{venv}.building").exists()  # nothing ran
+
+
+def test_launch_scripts_pick_the_interpreter_that_imports_openrlhf(tmp_path):
+    """A .venv-train without OpenRLHF (an interrupted build) never shadows a working .venv."""
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "launch_lib.sh").write_text((ROOT / "scripts" / "launch_lib.sh").read_text())
+    broken = tmp_path / ".venv-train" / "bin" / "python"
+    broken.parent.mkdir(parents=True)
+    broken.write_text(f'#!/usr/bin/env bash\nexec "{sys.executable}" -S -I "$@"\n')  # no site-packages
+    broken.chmod(0o755)
+    working = tmp_path / ".venv" / "bin" / "python"
+    working.parent.mkdir(parents=True)
+    working.write_text(f'#!/usr/bin/env bash\nexec "{sys.executable}" "$@"\n')
+    working.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON")}
+    res = subprocess.run(["bash", "-c", f'source "{tmp_path}/scripts/launch_lib.sh"; echo "$PYTHON"'],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert res.stdout.strip() == str(working), res.stderr
+    res = subprocess.run(["bash", "-c", f'source "{tmp_path}/scripts/launch_lib.sh"; echo "$PYTHON"'],
+                         capture_output=True, text=True, env={**env, "PYTHON": "/x/python"}, timeout=60)
+    assert res.stdout.strip() == "/x/python"  # an explicit PYTHON wins
+
