@@ -1,4 +1,4 @@
-"""rft/train_env.py and `make train`: the environment found by what it can import, the install recipe's order and
+"""rft/launch/train_env.py and `make train`: the environment found by what it can import, the install recipe's order and
 pins, the build beside and rename, and a dry run that runs nothing (a fake nvidia-smi stands in for the GPUs)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from rft import train_env
-from rft.train_env import STACK, describe, find_env, install_steps, judge, relocate
+from rft.launch import train_env
+from rft.launch.train_env import STACK, describe, find_env, install_steps, judge, relocate
 
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = {mod: [version, True] for mod, (_, version) in STACK.items()}

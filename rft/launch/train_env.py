@@ -1,6 +1,6 @@
 """The GPU training environment: find one that holds the pinned stack, else build `.venv-train` by a fixed recipe.
 
-`python3 -m rft.train_env plan` prints the environment found and the install order and runs nothing but a
+`python3 -m rft.launch.train_env plan` prints the environment found and the install order and runs nothing but a
 read-only probe of each candidate interpreter; `ensure` uses the environment found or builds one beside the
 target (`.venv-train.building`), verifies it, and renames it into place only then, so a half-built environment
 never shadows a working one. Stdlib only: it runs before any environment exists.
@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from rft.provenance import REPO_ROOT as REPO
 
 # The pinned stack: import name -> (distribution, version). torch is vLLM 0.15.1's own pin (torch==2.9.1,
 # torchvision==0.24.1, torchaudio==2.9.1 in its metadata); OpenRLHF 0.9.3 pins flash-attn==2.8.3.
@@ -212,7 +212,7 @@ def build(base_python: str, venv: Path, log=print) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m rft.train_env", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python3 -m rft.launch.train_env", description=__doc__.splitlines()[0])
     p.add_argument("action", choices=("plan", "ensure"), help="plan: print, run nothing; ensure: find or build")
     p.add_argument("--venv", default=str(REPO / ".venv-train"), help="the environment to build (default .venv-train)")
     p.add_argument("--base-python", default=sys.executable, help="interpreter the venv is built from")
