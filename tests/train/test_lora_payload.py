@@ -181,6 +181,8 @@ try:
     raise_if_failed_on_any_rank(failure)
 except LoraSyncError as e:
     print(f"RAISED {time.time() - start:.1f} {e}", flush=True)
+dist.barrier()
+dist.destroy_process_group()  # gloo's threads still running at interpreter exit abort the process (SIGABRT)
 """
 
 
