@@ -57,31 +57,63 @@ def test_the_command_writes_note_and_log_from_the_run_and_the_watch(tmp_path):
     (repo / "rl_grpo_research.md").write_text(LOG)
     metrics = write_scenario("healthy", tmp_path / "metrics")
     (metrics / "run_record_20261123T000000Z.json").write_text(
-        json.dumps({"git_sha": "abc123def4567", "branch": "attempt-29-lr", "started_utc": "2026-11-23T00:00",
-                    "chat_date": "2026-11-23",
-                    "ray_placement": {"roles": {"actor": ["n1aaaaaaaaaaaa"], "vllm": ["n2bbbbbbbbbbbb"]}}})
+        json.dumps(
+            {
+                "git_sha": "abc123def4567",
+                "branch": "attempt-29-lr",
+                "started_utc": "2026-11-23T00:00",
+                "chat_date": "2026-11-23",
+                "ray_placement": {"roles": {"actor": ["n1aaaaaaaaaaaa"], "vllm": ["n2bbbbbbbbbbbb"]}},
+            }
+        )
     )
     ckpts = tmp_path / "ckpt"
     ckpts.mkdir()
-    cell = {"dataset": "ood", "mode": "greedy_pass@1", "headline": "pass@1",
-            "figures": {"pass@1": {"value": 0.5, "ci95": [0.4, 0.6]}}, "rates": {"boxed": 1.0}}
-    (ckpts / "checkpoint_eval.json").write_text(json.dumps({
-        "baseline": {"name": "base", "cells": [cell]},
-        "checkpoints": {"global_step10_hf": {"step": 10, "status": "evaluated", "log": "l", "cells": [
-            {**cell, "figures": {"pass@1": {"value": 0.6, "ci95": [0.5, 0.7]}},
-             "vs_baseline": {"baseline": "base", "delta": 0.1, "ci95": [0.02, 0.18]}}]}},
-    }))
+    cell = {
+        "dataset": "ood",
+        "mode": "greedy_pass@1",
+        "headline": "pass@1",
+        "figures": {"pass@1": {"value": 0.5, "ci95": [0.4, 0.6]}},
+        "rates": {"boxed": 1.0},
+    }
+    (ckpts / "checkpoint_eval.json").write_text(
+        json.dumps(
+            {
+                "baseline": {"name": "base", "cells": [cell]},
+                "checkpoints": {
+                    "global_step10_hf": {
+                        "step": 10,
+                        "status": "evaluated",
+                        "log": "l",
+                        "cells": [
+                            {
+                                **cell,
+                                "figures": {"pass@1": {"value": 0.6, "ci95": [0.5, 0.7]}},
+                                "vs_baseline": {"baseline": "base", "delta": 0.1, "ci95": [0.02, 0.18]},
+                            }
+                        ],
+                    }
+                },
+            }
+        )
+    )
     args = ["29", "--metrics", str(metrics), "--checkpoints", str(ckpts), "--repo", str(repo)]
     assert main(args) == 0
     text = note.read_text()
     assert text.startswith("# Attempt 29: lr\n\n## Hypothesis\nthe user's hypothesis\n")
-    block = text[text.index(BEGIN):]
-    assert "commit `abc123def456`" in block and "Ray placement: actor n1aaaaaaaaaa, vllm n2bbbbbbbbbb" in block
-    assert "| metric | first | last |" in block and "| global_step10_hf | 10 | 60.0% [50.0%, 70.0%] |" in block
+    block = text[text.index(BEGIN) :]
+    assert (
+        "commit `abc123def456`" in block and "Ray placement: actor n1aaaaaaaaaa, vllm n2bbbbbbbbbb" in block
+    )
+    assert (
+        "| metric | first | last |" in block and "| global_step10_hf | 10 | 60.0% [50.0%, 70.0%] |" in block
+    )
     assert "best: global_step10_hf (step 10)" in block and "above base at 95%" in block
     log = (repo / "rl_grpo_research.md").read_text()
     row = next(line for line in log.splitlines() if row_marker("29") in line)
-    assert row.startswith("| 29 | `attempt-29-lr` | see [notes/attempt-29-lr.md](notes/attempt-29-lr.md) | steps 1-")
+    assert row.startswith(
+        "| 29 | `attempt-29-lr` | see [notes/attempt-29-lr.md](notes/attempt-29-lr.md) | steps 1-"
+    )
     assert "best: global_step10_hf" in row and "the user's words" in log
     # the user edits both files; a second write replaces only the tool's parts
     note.write_text(text + "\n## Lessons\nwritten after the record\n")

@@ -45,7 +45,9 @@ def roles_by_node(actors: Iterable[dict]) -> dict[str, list[str]]:
 
 def split_roles(roles: dict[str, list[str]]) -> bool:
     """True when the actor and the vLLM engines ran on disjoint sets of nodes."""
-    return bool(roles.get("actor")) and bool(roles.get("vllm")) and not set(roles["actor"]) & set(roles["vllm"])
+    return (
+        bool(roles.get("actor")) and bool(roles.get("vllm")) and not set(roles["actor"]) & set(roles["vllm"])
+    )
 
 
 def query(address: str) -> dict:
@@ -56,8 +58,12 @@ def query(address: str) -> dict:
     ray.init(address=address, log_to_driver=False, logging_level="ERROR")
     try:
         nodes = [
-            {"node_id": n["NodeID"], "ip": n["NodeManagerAddress"], "gpus": n["Resources"].get("GPU", 0),
-             "alive": n["Alive"]}
+            {
+                "node_id": n["NodeID"],
+                "ip": n["NodeManagerAddress"],
+                "gpus": n["Resources"].get("GPU", 0),
+                "alive": n["Alive"],
+            }
             for n in ray.nodes()
         ]
         roles = roles_by_node(state.actors().values())

@@ -75,7 +75,11 @@ def test_best_follows_the_selected_cell_and_says_when_it_is_within_noise():
 def test_table_has_a_row_per_checkpoint_with_intervals_and_a_failed_row():
     state = state_of({10: (0.55, 0.15)})
     state["checkpoints"]["global_step20_hf"] = {
-        "step": 20, "status": "failed", "job_status": "exit 2", "log": "logs/j.log", "cells": []
+        "step": 20,
+        "status": "failed",
+        "job_status": "exit 2",
+        "log": "logs/j.log",
+        "cells": [],
     }
     md = table_markdown(state, "run-a")
     rows = [r for r in md.splitlines() if r.startswith("| ")]
@@ -110,7 +114,10 @@ def test_checkpoints_are_found_when_complete_and_settled(tmp_path):
 def test_eval_options_are_checked_by_eval_posthoc_and_name_the_baseline():
     opts = parse_eval_options(["--model", "base=/m", "--dataset", "ood", "--mode", "sampling_pass@8"], "r.1")
     assert (opts.baseline, opts.run_dir, opts.datasets, opts.modes) == (
-        "base", "runs/watch/r.1", ("ood",), ("sampling_pass@8",)
+        "base",
+        "runs/watch/r.1",
+        ("ood",),
+        ("sampling_pass@8",),
     )
     ckpt = Checkpoint(4, Path("/c/global_step4_hf"))
     tail = ["--model", "step4=/c/global_step4_hf", "--run-dir", "runs/watch/r.1"]
@@ -138,9 +145,24 @@ def tmux_socket():
 def watch_cli(socket_name: str, run: Path, *args: str, eval_opts: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"}
     return subprocess.run(
-        [sys.executable, str(ROOT / "spare.py"), "--host", "local", "--tmux-socket", socket_name, "watch",
-         str(run), *args, "--", *eval_opts],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=900,
+        [
+            sys.executable,
+            str(ROOT / "spare.py"),
+            "--host",
+            "local",
+            "--tmux-socket",
+            socket_name,
+            "watch",
+            str(run),
+            *args,
+            "--",
+            *eval_opts,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=900,
     )
 
 
@@ -153,12 +175,35 @@ def test_watch_once_evaluates_both_checkpoints_prints_best_and_skips_them_on_res
         fabricate_lora_adapter(base, run / "ckpt" / f"global_step{step}_hf", seed=seed, scale=0.08)
     pairs = [(2, 3), (7, 6), (4, 9), (11, 5), (1, 1), (8, 12)]
     data = tmp_path / "tiny.jsonl"
-    data.write_text("".join(json.dumps({"input": build_input(f"What is {a}+{b}?"), "label": str(a + b)}) + "\n"
-                            for a, b in pairs))
+    data.write_text(
+        "".join(
+            json.dumps({"input": build_input(f"What is {a}+{b}?"), "label": str(a + b)}) + "\n"
+            for a, b in pairs
+        )
+    )
     eval_dir = tmp_path / "eval"
-    opts = ["--model", f"base={base}", "--dataset", f"tiny={data}", "--backend", "hf", "--device", "cpu",
-            "--hf-dtype", "float32", "--merge-dtype", "float32", "--merged-dir", str(tmp_path / "merged"),
-            "--max-tokens", "16", "--bootstrap", "200", "--run-dir", str(eval_dir)]
+    opts = [
+        "--model",
+        f"base={base}",
+        "--dataset",
+        f"tiny={data}",
+        "--backend",
+        "hf",
+        "--device",
+        "cpu",
+        "--hf-dtype",
+        "float32",
+        "--merge-dtype",
+        "float32",
+        "--merged-dir",
+        str(tmp_path / "merged"),
+        "--max-tokens",
+        "16",
+        "--bootstrap",
+        "200",
+        "--run-dir",
+        str(eval_dir),
+    ]
     proc = watch_cli(tmux_socket, run, "--once", "--settle", "0", eval_opts=opts)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     state = json.loads((run / "checkpoint_eval.json").read_text())
@@ -168,7 +213,11 @@ def test_watch_once_evaluates_both_checkpoints_prints_best_and_skips_them_on_res
         (c,) = e["cells"]
         assert c["dataset"] == "tiny" and c["mode"] == "greedy_pass@1"
         assert c["vs_baseline"]["baseline"] == "base" and len(c["vs_baseline"]["ci95"]) == 2
-        assert c["figures"]["pass@1"]["ci95"][0] <= c["figures"]["pass@1"]["value"] <= c["figures"]["pass@1"]["ci95"][1]
+        assert (
+            c["figures"]["pass@1"]["ci95"][0]
+            <= c["figures"]["pass@1"]["value"]
+            <= c["figures"]["pass@1"]["ci95"][1]
+        )
     # the best line follows the rule on the recorded figures
     values = {e["step"]: e["cells"][0]["figures"]["pass@1"]["value"] for e in state["checkpoints"].values()}
     want = 4 if values[4] >= values[8] else 8
@@ -196,7 +245,14 @@ def test_watch_once_evaluates_both_checkpoints_prints_best_and_skips_them_on_res
 def test_a_failing_eval_job_is_recorded_and_not_retried(tmp_path, tmux_socket):
     run = tmp_path / f"run-{uuid.uuid4().hex[:6]}"
     adapter_files(run / "global_step4_hf")  # not a real adapter: eval_posthoc.py fails on it
-    opts = ["--model", f"base={tmp_path / 'missing-base'}", "--backend", "hf", "--run-dir", str(tmp_path / "e")]
+    opts = [
+        "--model",
+        f"base={tmp_path / 'missing-base'}",
+        "--backend",
+        "hf",
+        "--run-dir",
+        str(tmp_path / "e"),
+    ]
     proc = watch_cli(tmux_socket, run, "--once", "--settle", "0", eval_opts=opts)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     entry = json.loads((run / "checkpoint_eval.json").read_text())["checkpoints"]["global_step4_hf"]
