@@ -29,6 +29,7 @@ from rft.spare.watch import (
     Target,
     WatchError,
     parse_eval_options,
+    run_label,
     table_markdown,
     watch,
 )
@@ -229,7 +230,7 @@ def run_watch(args: argparse.Namespace, opts: list[str], target: Target) -> int:
     from pathlib import Path
 
     run_dir = Path(args.run_dir)
-    eval_opts = parse_eval_options(opts, run_dir.resolve().name)
+    eval_opts = parse_eval_options(opts, run_label(run_dir))
     select = args.select.replace(":", " ", 1) if args.select else None
 
     def log(line: str) -> None:
@@ -246,7 +247,7 @@ def run_watch(args: argparse.Namespace, opts: list[str], target: Target) -> int:
         retry_failed=args.retry_failed,
         log=log,
     )
-    print(table_markdown(state, run_dir.resolve().name, select))
+    print(table_markdown(state, run_label(run_dir), select))
     failed = [n for n, e in state["checkpoints"].items() if e["status"] == "failed"]
     return 1 if failed else 0
 

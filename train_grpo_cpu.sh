@@ -100,7 +100,12 @@ rft_switch SYNC_OFF 0 --vllm_sync_lora_skip
 # nodes' GPU counts decide the placement, and the run record's ray_placement shows where each role ran.
 case "$NODES" in
     1) ;;
-    2) ARGS+=(--colocate_actor_ref --ref_num_gpus_per_node 2) ;;
+    2)
+        ARGS+=(
+            --colocate_actor_ref
+            --ref_num_gpus_per_node 2
+        )
+        ;;
     *) echo "NODES=$NODES: expected 1 or 2" >&2; exit 2 ;;
 esac
 

@@ -76,6 +76,12 @@ def find_checkpoints(run_dir: Path, settle_s: float = 0.0, now: float | None = N
     return [found[s] for s in sorted(found)]
 
 
+def run_label(run_dir: Path) -> str:
+    """The run's name: RUN_DIR's name, or its parent's for the runs/NAME/ckpt layout."""
+    run_dir = run_dir.resolve()
+    return run_dir.parent.name if run_dir.name == "ckpt" else run_dir.name
+
+
 def job_name(run_name: str, ckpt: Checkpoint) -> str:
     """A tmux job name (letters, digits, '_', '-'; at most 64) for this run's checkpoint."""
     suffix = f"-{ckpt.label}"
@@ -434,7 +440,7 @@ def watch(
     run_dir = run_dir.resolve()
     if not run_dir.is_dir():
         raise WatchError(f"run directory {run_dir} not found")
-    run_name = run_dir.name
+    run_name = run_label(run_dir)
     state = load_state(run_dir)
     state["eval"] = {"options": list(opts.opts), "run_dir": opts.run_dir, "baseline": opts.baseline}
     for line in target.prepare():
