@@ -40,8 +40,12 @@ class Shape:
 
     def lora_params(self, rank: int, modules: tuple[str, ...] = ("q", "k", "v", "o")) -> float:
         """LoRA A and B on the attention projections: rank x (in + out) per module per layer."""
-        dims = {"q": (self.hidden, self.q_dim), "k": (self.hidden, self.kv_dim), "v": (self.hidden, self.kv_dim),
-                "o": (self.q_dim, self.hidden)}
+        dims = {
+            "q": (self.hidden, self.q_dim),
+            "k": (self.hidden, self.kv_dim),
+            "v": (self.hidden, self.kv_dim),
+            "o": (self.q_dim, self.hidden),
+        }
         return self.layers * sum(rank * sum(dims[m]) for m in modules)
 
     @property
@@ -91,8 +95,13 @@ def _flags(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--prompt_max_len", type=int, default=1024)
     p.add_argument("--generate_max_len", type=int, default=1024)
     p.add_argument("--micro_train_batch_size", type=int, default=1)
-    for flag in ("--offload", "--adam_offload", "--colocate_actor_ref", "--gradient_checkpointing",
-                 "--vllm_sync_lora_native"):
+    for flag in (
+        "--offload",
+        "--adam_offload",
+        "--colocate_actor_ref",
+        "--gradient_checkpointing",
+        "--vllm_sync_lora_native",
+    ):
         p.add_argument(flag, action="store_true")
     return p.parse_known_args(argv)[0]
 
@@ -103,28 +112,59 @@ def actor_plan(shape: Shape, a: argparse.Namespace) -> list[Line]:
     lora = shape.lora_params(a.lora_rank) if a.lora_rank else shape.params
     weights_where = "CPU (--offload)" if a.offload else "GPU"
     lines = [
-        Line(f"frozen bf16 weights, ZeRO-3 partition: 2 B x {shape.params / 1e9:.2f}B / {n}",
-             2 * shape.params / n / GIB, "exact", weights_where),
+        Line(
+            f"frozen bf16 weights, ZeRO-3 partition: 2 B x {shape.params / 1e9:.2f}B / {n}",
+            2 * shape.params / n / GIB,
+            "exact",
+            weights_where,
+        ),
     ]
     if a.init_kl_coef > 0 and a.colocate_actor_ref:
-        lines.append(Line(f"reference model (colocated), ZeRO-3 partition: 2 B x {shape.params / 1e9:.2f}B / {n}",
-                          2 * shape.params / n / GIB, "exact", weights_where))
+        lines.append(
+            Line(
+                f"reference model (colocated), ZeRO-3 partition: 2 B x {shape.params / 1e9:.2f}B / {n}",
+                2 * shape.params / n / GIB,
+                "exact",
+                weights_where,
+            )
+        )
     lines += [
-        Line(f"LoRA r{a.lora_rank} weights + grads, bf16: 4 B x {lora / 1e6:.1f}M / {n}", 4 * lora / n / GIB, "exact"),
-        Line(f"Adam fp32 master + 2 moments: 12 B x {lora / 1e6:.1f}M / {n}", 12 * lora / n / GIB, "exact",
-             "CPU (--adam_offload)" if a.adam_offload else "GPU"),
+        Line(
+            f"LoRA r{a.lora_rank} weights + grads, bf16: 4 B x {lora / 1e6:.1f}M / {n}",
+            4 * lora / n / GIB,
+            "exact",
+        ),
+        Line(
+            f"Adam fp32 master + 2 moments: 12 B x {lora / 1e6:.1f}M / {n}",
+            12 * lora / n / GIB,
+            "exact",
+            "CPU (--adam_offload)" if a.adam_offload else "GPU",
+        ),
     ]
-    gathered = 2 * 2 * shape.expert_params_per_layer  # one layer's experts gathered in bf16, plus the prefetched next
-    lines.append(Line("ZeRO-3 gather: one layer's experts in bf16 and the next one prefetched "
-                      f"(2 x 2 B x {shape.expert_params_per_layer / 1e9:.2f}B)", gathered / GIB, "estimate"))
+    # one layer's experts gathered in bf16, plus the prefetched next
+    gathered = 2 * 2 * shape.expert_params_per_layer
+    lines.append(
+        Line(
+            "ZeRO-3 gather: one layer's experts in bf16 and the next one prefetched "
+            f"(2 x 2 B x {shape.expert_params_per_layer / 1e9:.2f}B)",
+            gathered / GIB,
+            "estimate",
+        )
+    )
     t = a.prompt_max_len + a.generate_max_len
     mb = a.micro_train_batch_size
     ckpt = shape.layers * mb * t * shape.hidden * 2
     attn = mb * shape.heads * t * t * (2 + 4)  # eager attention: bf16 scores + fp32 softmax of one layer
     logits = mb * t * shape.vocab * 4 * 2  # fp32 logits and log-softmax
-    lines.append(Line(f"activations, micro batch {mb} x {t} tokens, gradient checkpointing, eager attention: "
-                      f"layer inputs {ckpt / GIB:.1f} + one layer's attention {attn / GIB:.1f} + logits "
-                      f"{logits / GIB:.1f}", (ckpt + attn + logits) / GIB, "estimate"))
+    lines.append(
+        Line(
+            f"activations, micro batch {mb} x {t} tokens, gradient checkpointing, eager attention: "
+            f"layer inputs {ckpt / GIB:.1f} + one layer's attention {attn / GIB:.1f} + logits "
+            f"{logits / GIB:.1f}",
+            (ckpt + attn + logits) / GIB,
+            "estimate",
+        )
+    )
     lines.append(Line("CUDA context, NCCL buffers, allocator fragmentation", 4.0, "estimate"))
     return lines
 
@@ -134,13 +174,24 @@ def vllm_plan(shape: Shape, a: argparse.Namespace) -> list[Line]:
     tp = a.vllm_tensor_parallel_size
     lines = [Line(f"MXFP4 checkpoint {shape.serve_gib:.1f} GiB / TP {tp}", shape.serve_gib / tp, "size")]
     if a.lora_rank and not a.vllm_sync_lora_native:
-        lines.append(Line(f"merge-mode LoRA sync: pristine bf16 q/k/v/o ({shape.attention_params / 1e9:.2f}B) / TP {tp}",
-                          2 * shape.attention_params / tp / GIB, "exact"))
+        lines.append(
+            Line(
+                f"merge-mode LoRA sync: pristine bf16 q/k/v/o ({shape.attention_params / 1e9:.2f}B) / TP {tp}",
+                2 * shape.attention_params / tp / GIB,
+                "exact",
+            )
+        )
     budget = a.vllm_gpu_memory_utilization * H100_GIB
     used = sum(line.gib for line in lines) + 3.0
     lines.append(Line("CUDA graphs, activations, sampler", 3.0, "estimate"))
-    lines.append(Line(f"KV cache: the rest of --vllm_gpu_memory_utilization {a.vllm_gpu_memory_utilization} x "
-                      f"{H100_GIB} GiB", max(0.0, budget - used), "estimate"))
+    lines.append(
+        Line(
+            f"KV cache: the rest of --vllm_gpu_memory_utilization {a.vllm_gpu_memory_utilization} x "
+            f"{H100_GIB} GiB",
+            max(0.0, budget - used),
+            "estimate",
+        )
+    )
     return lines
 
 
@@ -159,13 +210,17 @@ def render(argv: list[str], nodes: int = 1, gpu_gib: float = H100_GIB) -> tuple[
     total = on_gpu(actor)
     fits = total <= gpu_gib
     engines = a.vllm_num_engines * a.vllm_tensor_parallel_size
-    out = [f"# memory plan per GPU ({shape.name}; {nodes} node(s): actor on {n} GPU(s), "
-           f"{a.vllm_num_engines} vLLM engine(s) x TP {a.vllm_tensor_parallel_size} on {engines} GPU(s); "
-           "exact = arithmetic on parameter counts, estimate = not measured):"]
+    out = [
+        f"# memory plan per GPU ({shape.name}; {nodes} node(s): actor on {n} GPU(s), "
+        f"{a.vllm_num_engines} vLLM engine(s) x TP {a.vllm_tensor_parallel_size} on {engines} GPU(s); "
+        "exact = arithmetic on parameter counts, estimate = not measured):"
+    ]
     out += [f"  actor  {line.gib:6.2f} GiB  {line.kind:8}  {line.where:22} {line.item}" for line in actor]
     headroom = gpu_gib - total
-    out.append(f"  actor  {total:6.2f} GiB on each GPU of {gpu_gib} GiB: "
-               + (f"fits, {headroom:.1f} GiB headroom" if fits else f"does NOT fit ({-headroom:.1f} GiB over)"))
+    out.append(
+        f"  actor  {total:6.2f} GiB on each GPU of {gpu_gib} GiB: "
+        + (f"fits, {headroom:.1f} GiB headroom" if fits else f"does NOT fit ({-headroom:.1f} GiB over)")
+    )
     if engines:
         vl = vllm_plan(shape, a)
         out += [f"  vllm   {line.gib:6.2f} GiB  {line.kind:8}  {line.where:22} {line.item}" for line in vl]

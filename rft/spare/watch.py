@@ -442,6 +442,12 @@ def watch(
         raise WatchError(f"run directory {run_dir} not found")
     run_name = run_label(run_dir)
     state = load_state(run_dir)
+    before = state.get("eval", {}).get("options")
+    if before is not None and before != list(opts.opts) and state["checkpoints"]:
+        log(
+            f"the eval options differ from those of {run_dir / STATE_NAME}: every checkpoint is evaluated again"
+        )
+        state = {"checkpoints": {}}
     state["eval"] = {"options": list(opts.opts), "run_dir": opts.run_dir, "baseline": opts.baseline}
     for line in target.prepare():
         log(line)

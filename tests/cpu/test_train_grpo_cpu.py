@@ -273,3 +273,36 @@ def test_two_ray_nodes_actor_and_engine_apart_reward_rises_and_watch_picks_the_b
     assert "| global_step16_hf | 16 |" in proc.stdout and "best: global_step" in proc.stdout
     for e in state["checkpoints"].values():
         assert e["cells"][0]["vs_baseline"]["delta"] > 0  # trained adapters beat the untrained base on the demo
+
+
+def test_monitor_ends_the_run_on_a_generated_stop_after_the_next_checkpoint(inputs, tmp_path):
+    """A generated STOP: a probe falling 90% -> 60% -> 30% appended to the live metrics; `monitor.sh --follow
+    --end-on-stop` waits for the next checkpoint, ends the driver, and the run record says why; it stays resumable."""
+    proc = launch(tmp_path, inputs, "stop", *SHORT)
+    run_dir = tmp_path / "stop"
+    metrics = run_dir / "metrics" / "training_metrics.jsonl"
+    mon = None
+    try:
+        deadline = time.time() + 900
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
+            assert proc.poll() is None and time.time() < deadline, "no metrics"
+            time.sleep(0.5)
+        with open(metrics, "a") as f:  # whole lines, as the trainer's own writes
+            for step, value in ((1, 0.9), (2, 0.6), (3, 0.3)):
+                f.write(json.dumps({"global_step": step, "event": "eval", "eval_injected_pass1": value}) + "\n")
+        mon = subprocess.run(
+            ["bash", str(ROOT / "monitor.sh"), str(run_dir / "metrics"), "--follow", "--end-on-stop", "--ckpt-path",
+             str(run_dir / "ckpt"), "--probe-key", "eval_injected_pass1", "--interval", "1"],
+            capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable}, cwd=ROOT)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert mon.returncode == 2, mon.stdout[-3000:] + mon.stderr[-3000:]
+    record = json.loads(next((run_dir / "metrics").glob("run_record_*.json")).read_text())
+    entry = record["stopped_by_monitor"]
+    assert entry["reason"].startswith("OOD probe early stopping: eval_injected_pass1 fell twice")
+    latest = (run_dir / "ckpt" / "_actor" / "latest").read_text().strip()
+    assert entry["checkpoint"] == latest and int(latest.removeprefix("global_step")) >= entry["step"]
+    steps = [r["global_step"] for r in train_rows(run_dir) if "reward" in r]
+    assert steps and steps[-1] < 32  # ended early, at or after that checkpoint

@@ -233,9 +233,15 @@ def test_watch_once_evaluates_both_checkpoints_prints_best_and_skips_them_on_res
     again = watch_cli(tmux_socket, run, "--once", "--settle", "0", eval_opts=opts)
     assert again.returncode == 0, again.stderr
     assert "started job" not in again.stderr and f"best: global_step{want}_hf" in again.stdout
+    # other eval options: the state no longer describes them, so every checkpoint is evaluated again
+    changed = watch_cli(tmux_socket, run, "--once", "--settle", "0", eval_opts=[*opts, "--seed", "7"])
+    assert changed.returncode == 0, changed.stderr
+    assert (
+        "every checkpoint is evaluated again" in changed.stderr and changed.stderr.count("started job") == 2
+    )
     # a third checkpoint appears: only it is evaluated
     fabricate_lora_adapter(base, run / "ckpt" / "global_step12_hf", seed=7, scale=0.08)
-    third = watch_cli(tmux_socket, run, "--once", "--settle", "0", eval_opts=opts)
+    third = watch_cli(tmux_socket, run, "--once", "--settle", "0", eval_opts=[*opts, "--seed", "7"])
     assert third.returncode == 0, third.stderr
     assert third.stderr.count("started job") == 1 and "global_step12_hf: started job" in third.stderr
     assert "| global_step12_hf | 12 |" in (run / "checkpoint_eval.md").read_text()
