@@ -82,8 +82,16 @@ class Line:
     where: str = "GPU"
 
 
-def _flags(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(add_help=False)
+class _Lenient(argparse.ArgumentParser):
+    """A parser that raises instead of exiting: a bad flag is OpenRLHF's parser's to report, not the plan's."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise ValueError(message)
+
+
+def _flags(argv: list[str]) -> argparse.Namespace | None:
+    """The flags the plan reads (None when one of them does not parse)."""
+    p = _Lenient(add_help=False)
     p.add_argument("--pretrain")
     p.add_argument("--actor_num_nodes", type=int, default=1)
     p.add_argument("--actor_num_gpus_per_node", type=int, default=8)
@@ -103,7 +111,10 @@ def _flags(argv: list[str]) -> argparse.Namespace:
         "--vllm_sync_lora_native",
     ):
         p.add_argument(flag, action="store_true")
-    return p.parse_known_args(argv)[0]
+    try:
+        return p.parse_known_args(argv)[0]
+    except ValueError:
+        return None
 
 
 def actor_plan(shape: Shape, a: argparse.Namespace) -> list[Line]:
@@ -202,7 +213,7 @@ def on_gpu(lines: list[Line]) -> float:
 def render(argv: list[str], nodes: int = 1, gpu_gib: float = H100_GIB) -> tuple[str, bool | None]:
     """(the plan as text, whether the actor fits on its GPUs; None when the model is not a known gpt-oss)."""
     a = _flags(argv)
-    shape = shape_for(a.pretrain or "")
+    shape = shape_for(a.pretrain or "") if a is not None else None
     if shape is None:
         return "", None
     n = a.actor_num_nodes * a.actor_num_gpus_per_node
