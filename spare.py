@@ -32,6 +32,16 @@ from rft.spare.node import (
 )
 from rft.spare.node import sync as sync_spare
 from rft.spare.node import verify as verify_spare
+from rft.spare.watch import (
+    LocalTarget,
+    RemoteTarget,
+    Target,
+    WatchError,
+    parse_eval_options,
+    run_label,
+    table_markdown,
+    watch,
+)
 
 EPILOG = """examples:
   spare.py sync --adapter /mnt/data/rft_checkpoints/a30/global_step130_hf
@@ -39,6 +49,7 @@ EPILOG = """examples:
   spare.py run eval-a30 -- python eval_posthoc.py --model a30=/mnt/scratch/merged_models/a30
   spare.py ls;  spare.py tail eval-a30 -f;  spare.py attach eval-a30;  spare.py kill eval-a30
   spare.py --host local run smoke -- bash -c 'echo "$HOSTNAME"; exit 3'
+  spare.py watch "$CKPT_PATH" -- --model base=openai/gpt-oss-20b --dataset ood --chat-date 2025-08-05
 """
 
 
@@ -130,6 +141,50 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("kill", help="stop a job and its tmux session (its status becomes 'killed')")
     s.add_argument("name", metavar="NAME", help="job name")
 
+    s = sub.add_parser(
+        "watch",
+        help="evaluate each checkpoint of a run as it appears: spare.py watch RUN_DIR [--once] -- "
+        "<eval_posthoc.py options>",
+        usage="spare.py watch [-h] [--once] [--poll S] [--settle S] [--select DATASET:MODE] [--retry-failed] "
+        "RUN_DIR -- <eval_posthoc.py options>",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""Runs on the training node. Finds the run's HF checkpoints (RUN_DIR/global_stepN_hf or
+RUN_DIR/ckpt/global_stepN_hf: adapters or full models, written by --save_hf_ckpt every save_steps), and for
+each new one whose files have not changed for --settle seconds: syncs it to the spare (the same path there;
+code and data once at start), runs `python eval_posthoc.py <options> --model stepN=<checkpoint>` there as the
+tmux job watch-<run>-stepN (one at a time), and reads the job's summary.json.
+
+The options after `--` are eval_posthoc.py's and must name the baseline (--model NAME=PATH, --baseline NAME
+if it is not the first); its cells are evaluated once and reused. Without --run-dir the eval results go to
+runs/watch/<run> in the spare's checkout. An adapter is merged into its base_model_name_or_path, which must
+exist at the same path on the spare (or pass --base).
+
+Writes RUN_DIR/checkpoint_eval.json (the state: a restarted watch skips evaluated checkpoints and adopts a
+job still running) and RUN_DIR/checkpoint_eval.md: one row per checkpoint, each figure with its 95%
+bootstrap interval and its paired-bootstrap delta vs the baseline, and the line `best: <checkpoint>` with
+the rule that chose it (the highest headline figure on the first --dataset and --mode, or --select; ties to
+the earlier step; whether its delta's interval is above the baseline's).""",
+    )
+    s.add_argument(
+        "run_dir", metavar="RUN_DIR", help="the run's checkpoint directory ($CKPT_PATH, or runs/NAME)"
+    )
+    s.add_argument("--once", action="store_true", help="evaluate what is pending now, then exit")
+    s.add_argument(
+        "--poll", type=float, default=60.0, help="seconds between looks for new checkpoints (default 60)"
+    )
+    s.add_argument(
+        "--settle",
+        type=float,
+        default=30.0,
+        help="a checkpoint counts once its files are unchanged this many seconds (default 30)",
+    )
+    s.add_argument(
+        "--select",
+        metavar="DATASET:MODE",
+        help="the cell that picks the best checkpoint (default: the first --dataset and --mode)",
+    )
+    s.add_argument("--retry-failed", action="store_true", help="run again the checkpoints whose job failed")
+
     s = sub.add_parser("gpus", help="nvidia-smi summary of the target host's GPUs")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return p
@@ -191,10 +246,39 @@ def job_variables(cfg: SpareConfig, given: list[str]) -> dict[str, str]:
     return out
 
 
+def run_watch(args: argparse.Namespace, opts: list[str], target: Target) -> int:
+    """`watch`: evaluate the run's checkpoints through `target`, print the table at the end of each pass."""
+    from pathlib import Path
+
+    run_dir = Path(args.run_dir)
+    eval_opts = parse_eval_options(opts, run_label(run_dir))
+    select = args.select.replace(":", " ", 1) if args.select else None
+
+    def log(line: str) -> None:
+        print(f"watch: {line}", file=sys.stderr, flush=True)
+
+    state = watch(
+        run_dir,
+        eval_opts,
+        target,
+        once=args.once,
+        poll=args.poll,
+        settle=args.settle,
+        select=select,
+        retry_failed=args.retry_failed,
+        log=log,
+    )
+    print(table_markdown(state, run_label(run_dir), select))
+    failed = [n for n, e in state["checkpoints"].items() if e["status"] == "failed"]
+    return 1 if failed else 0
+
+
 def run_local(args: argparse.Namespace, job: list[str] | None, socket_name: str, cfg: SpareConfig) -> int:
     """Job commands on this machine (what the spare runs when called over ssh)."""
     runner = JobRunner(REPO_ROOT, socket_name=socket_name)
     where = socket.gethostname()
+    if args.cmd == "watch":
+        return run_watch(args, job or [], LocalTarget(runner))
     if args.cmd == "run":
         info = runner.start(args.name, job or [], env=job_variables(cfg, args.env))
         print(f"started job {info.name} on {where}: log {info.log}")
@@ -237,6 +321,8 @@ def run_local(args: argparse.Namespace, job: list[str] | None, socket_name: str,
 
 def run_remote(args: argparse.Namespace, job: list[str] | None, spare: Spare) -> int:
     """Commands driven from the primary; job commands run this CLI on the spare over ssh."""
+    if args.cmd == "watch":
+        return run_watch(args, job or [], RemoteTarget(spare))
     if args.cmd == "sync":
         for line in sync_spare(spare, args.adapter, data=not args.no_data):
             print(line)
@@ -284,10 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     cli_args, job = split_command(argv)
     parser = build_parser()
     args = parser.parse_args(cli_args)
-    if job is not None and args.cmd != "run":
-        parser.error(f"`--` is only for `run` (got it with `{args.cmd}`)")
+    if job is not None and args.cmd not in ("run", "watch"):
+        parser.error(f"`--` is only for `run` and `watch` (got it with `{args.cmd}`)")
     if args.cmd == "run" and not job:
         parser.error("run needs the command after `--`: spare.py run NAME -- COMMAND [ARGS...]")
+    if args.cmd == "watch" and not job:
+        parser.error(
+            "watch needs eval_posthoc.py's options after `--`: spare.py watch RUN_DIR -- --model base=PATH"
+        )
     try:
         cfg = load_config(args.config, host=args.host)
         socket_name = args.tmux_socket or cfg.tmux_socket
@@ -298,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_remote(args, job, Spare(cfg))
     except RemoteFailed as e:  # the spare already printed its error
         return e.returncode
-    except (SpareError, JobError, GitError) as e:
+    except (SpareError, JobError, GitError, WatchError) as e:
         print(f"spare.py: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -41,10 +41,31 @@ ARGS=(
 # greedy, every 5 steps (the guide's recommended eval; the README's 18 AIME problems every 10 steps are too few
 # for a trend), and the reward is exact match (the guide's decision; REWARD=judge gives the README's 0.6 EM +
 # 0.4 Gemini quality blend).
-# 234 GB of bf16 weights over 4 GPUs: parameters (OFFLOAD, our patched flag) and Adam states go to CPU,
+
+# NODES=2: 16 GPUs over a two-node Ray cluster (RAY_ADDRESS; docs/launching.md "Two nodes"). The actor takes all
+# 8 GPUs of one node (one placement group of 8 bundles, PACK: only an empty node holds it) and the 4 vLLM
+# engines x TP 2 the 8 of the other; 0.9.3 has no flag naming a node for a role, the GPU counts decide.
+NODES="${NODES:-1}"
+case "$NODES" in
+    1) OFFLOAD_DEFAULT=1 ;;
+    2)
+        ARGS+=(
+            --actor_num_gpus_per_node 8
+            --ref_num_gpus_per_node 8
+            --vllm_num_engines 4
+            --vllm_tensor_parallel_size 2
+        )
+        # 218 GiB of bf16 weights / 8 GPUs = 27 GiB each: the memory plan the dry run prints says the actor fits
+        # without offload (an estimate until measured on the nodes)
+        OFFLOAD_DEFAULT=0
+        ;;
+    *) echo "NODES=$NODES: expected 1 or 2" >&2; exit 2 ;;
+esac
+export NODES
+# One node: 234 GB of bf16 weights over 4 GPUs: parameters (OFFLOAD, our patched flag) and Adam states go to CPU,
 # and ZeRO-3 offload needs reentrant gradient checkpointing (non-reentrant checks shapes that change).
-rft_switch OFFLOAD 1 --offload
-rft_switch ADAM_OFFLOAD 1 --adam_offload
-rft_switch REENTRANT_CHECKPOINTING 1 --gradient_checkpointing_use_reentrant
+rft_switch OFFLOAD "$OFFLOAD_DEFAULT" --offload
+rft_switch ADAM_OFFLOAD "$OFFLOAD_DEFAULT" --adam_offload
+rft_switch REENTRANT_CHECKPOINTING "$OFFLOAD_DEFAULT" --gradient_checkpointing_use_reentrant
 
 exec bash "$RFT_ROOT/train_grpo_20b.sh" "${ARGS[@]}" "$@"

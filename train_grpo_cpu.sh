@@ -9,6 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
 rft_refuse_gpu_node train_grpo_cpu.sh
 
 ARCH="${ARCH:-qwen2}"                # qwen2 or gpt_oss (bf16, sinks, sliding window, 4 experts)
+NODES="${NODES:-1}"                  # 2: two Ray nodes on 127.0.0.1, the actor ranks on one, the vLLM engine on the other
 RUN_NAME="$(rft_run_name "${RUN_NAME:-cpu-grpo-$ARCH}")"   # SMOKE=1: ...-smoke
 rft_local_storage "$RUN_NAME"  # runs/$RUN_NAME/{metrics,samples} (OUT_ROOT); the adapter and checkpoints beside
 INPUTS="${INPUTS:-$OUT_ROOT/cpu-inputs-$ARCH}"   # model/, prompts.jsonl, eval_prompts.jsonl (made once)
@@ -83,6 +84,8 @@ ARGS=(
     --ckpt_path "$CKPT_PATH"
     --save_steps 4
     --max_ckpt_num 2
+    # an adapter per checkpoint ($CKPT_PATH/global_stepN_hf), what `spare.py watch` evaluates
+    --save_hf_ckpt
     --logging_steps 1
     --seed 42
 )
@@ -92,6 +95,19 @@ rft_lora_sync
 rft_resume train_grpo_cpu.sh
 # SYNC_OFF=1: the ablation run, the adapter is never sent (rollouts stay on the base model while the trainer moves)
 rft_switch SYNC_OFF 0 --vllm_sync_lora_skip
+# NODES=2: the reference model shares the actor's placement group (2 bundles, PACK), which only the head's 2 GPUs
+# can hold; the engine's GPU is then on the second node alone. 0.9.3 has no flag naming a node for a role, so the
+# nodes' GPU counts decide the placement, and the run record's ray_placement shows where each role ran.
+case "$NODES" in
+    1) ;;
+    2)
+        ARGS+=(
+            --colocate_actor_ref
+            --ref_num_gpus_per_node 2
+        )
+        ;;
+    *) echo "NODES=$NODES: expected 1 or 2" >&2; exit 2 ;;
+esac
 
 if [[ "$DRY_RUN" == 0 ]]; then
     # one launch per run directory: refuse now, before building anything, when another holds it (rft/launch/lock.py)
@@ -100,9 +116,15 @@ if [[ "$DRY_RUN" == 0 ]]; then
     "$PYTHON" -m rft.cpu.demo --deepspeed-ops   # built once, here, not by 3 actors at the same time
     RAY_TEMP="${RAY_TEMP:-/tmp/rft-ray-$$}"   # short: Ray's socket paths must stay under 108 characters
     if [[ -z "${RAY_ADDRESS:-}" ]]; then
-        RAY_ADDRESS="$("$PYTHON" -m rft.cpu.local_ray start "$RAY_TEMP" --num-gpus 4 --num-cpus 8)"
+        if [[ "$NODES" == 2 ]]; then
+            RAY_ADDRESS="$("$PYTHON" -m rft.cpu.local_ray start "$RAY_TEMP" --num-gpus 2 --num-cpus 6)"
+        else
+            RAY_ADDRESS="$("$PYTHON" -m rft.cpu.local_ray start "$RAY_TEMP" --num-gpus 4 --num-cpus 8)"
+        fi
         export RAY_ADDRESS
         trap '"$PYTHON" -m rft.cpu.local_ray stop "$RAY_TEMP" "$RAY_ADDRESS" || true; rm -rf "$RAY_TEMP"' EXIT
+        # the second node: a raylet of its own on 127.0.0.1 (own ports) holding the engine's one GPU
+        [[ "$NODES" == 2 ]] && "$PYTHON" -m rft.cpu.local_ray join "$RAY_ADDRESS" --num-gpus 1 --num-cpus 2
     fi
     mkdir -p "$RUN_DIR" "$METRICS_LOG_DIR"
     [[ "${SMOKE:-0}" == 1 ]] && rm -f "$METRICS_LOG_DIR/training_metrics.jsonl"   # a smoke verdict on this run alone
@@ -113,6 +135,9 @@ status=0
 # in the background with signals passed on: a SIGTERM here stops the OpenRLHF driver too, then the trap stops Ray
 rft_run_forwarding "$PYTHON" -m rft.launch --profile cpu -- "${ARGS[@]}" "$@" || status=$?
 [[ "$DRY_RUN" == 1 || -n "${RFT_STOPPED:-}" ]] && exit "$status"
+
+# each role's Ray node id into the run record (the cluster still runs: the trap stops it on exit)
+"$PYTHON" -m rft.launch.placement --address "$RAY_ADDRESS" --record-dir "${RUN_RECORD_DIR:-$METRICS_LOG_DIR}" || true
 
 if [[ -s "$METRICS_LOG_DIR/training_metrics.jsonl" ]]; then
     "$PYTHON" -m rft.monitor "$METRICS_LOG_DIR" --plot "$RUN_DIR/dashboard.png" || true

@@ -1,7 +1,9 @@
 """A private Ray head on 127.0.0.1 for the CPU profile: start it, and stop exactly it (never other clusters).
 
 `python -m rft.cpu.local_ray start TEMP_DIR --num-gpus 4` prints the GCS address (RAY_ADDRESS);
-`python -m rft.cpu.local_ray stop TEMP_DIR ADDRESS` ends that cluster's processes and their children.
+`python -m rft.cpu.local_ray join ADDRESS --num-gpus 1` adds a second raylet (a second Ray node) on 127.0.0.1 to
+that head, with ports of its own; `python -m rft.cpu.local_ray stop TEMP_DIR ADDRESS` ends that cluster's
+processes (both nodes) and their children.
 `ray stop` is not used: it matches processes by name and would kill every Ray cluster on the machine.
 """
 
@@ -80,6 +82,47 @@ def start_command(temp_dir: str, num_gpus: int, num_cpus: int) -> list[str]:
     ]
 
 
+# A worker node has no GCS, dashboard or client server: its own raylet, object manager and agents only.
+JOIN_PORTS = ["--object-manager-port", "--node-manager-port", "--dashboard-agent-listen-port",
+              "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"]
+
+
+# `ray start --address 127.0.0.1:P` rewrites the loopback address to the machine's routable one (Ray 2.48
+# services.resolve_ip_for_localhost) where the head, bound to 127.0.0.1, cannot be reached; and with the
+# single-machine switch of LOOPBACK_ENV it refuses to add a node at all. The second node is started through Ray's
+# own CLI with that one rewrite turned off, so it joins the head on loopback.
+JOIN_CLI = (
+    "import sys, ray._private.services as s; s.resolve_ip_for_localhost = lambda a: a; "
+    "from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()"
+)
+
+
+def join_command(address: str, num_gpus: int, num_cpus: int) -> list[str]:
+    """`ray start --address` for a second node on 127.0.0.1: its own ports and worker window.
+
+    Ray 2.48 takes the temp dir from the head (`--temp-dir` is head-only); the second raylet's sockets and logs
+    get names of their own inside the head's session directory.
+    """
+    ports: list[str] = []
+    for flag in JOIN_PORTS:
+        ports += [flag, str(free_port())]
+    first, last = worker_window()
+    return [
+        sys.executable, "-c", JOIN_CLI, "start", "--address", address,
+        "--node-ip-address", "127.0.0.1", *ports, "--min-worker-port", str(first), "--max-worker-port", str(last),
+        "--num-gpus", str(num_gpus), "--num-cpus", str(num_cpus), "--disable-usage-stats",
+    ]
+
+
+def join(address: str, num_gpus: int, num_cpus: int, timeout: float = 180) -> None:
+    """Start a second raylet on 127.0.0.1 that joins the head at `address`."""
+    env = {**os.environ, **LOOPBACK_ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+    res = subprocess.run(join_command(address, num_gpus, num_cpus), capture_output=True, text=True, env=env,
+                         timeout=timeout)
+    if res.returncode != 0:
+        raise RuntimeError(f"ray start --address {address} failed ({res.returncode}):\n{res.stdout}{res.stderr}")
+
+
 def start(temp_dir: str, num_gpus: int, num_cpus: int) -> str:
     """Start a head node bound to 127.0.0.1 with `num_gpus` logical GPUs; returns its address."""
     cmd = start_command(temp_dir, num_gpus, num_cpus)
@@ -139,12 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("temp_dir", help="Ray's temp dir for this cluster (keep it short: socket paths < 108 chars)")
     s.add_argument("--num-gpus", type=int, default=4, help="logical GPUs the placement groups may reserve")
     s.add_argument("--num-cpus", type=int, default=4, help="logical CPUs (actors reserve some each)")
+    j = sub.add_parser("join", help="start a second node on 127.0.0.1 joining the head at ADDRESS")
+    j.add_argument("address", help="the head's address (what start printed)")
+    j.add_argument("--num-gpus", type=int, default=1, help="logical GPUs of the second node")
+    j.add_argument("--num-cpus", type=int, default=2, help="logical CPUs of the second node")
     t = sub.add_parser("stop", help="stop the cluster started with this temp dir, and nothing else")
     t.add_argument("temp_dir", help="the temp dir given to start")
     t.add_argument("address", nargs="?", help="its address, to also catch the ray client server")
     a = p.parse_args(argv)
     if a.cmd == "start":
         print(start(a.temp_dir, a.num_gpus, a.num_cpus))
+    elif a.cmd == "join":
+        join(a.address, a.num_gpus, a.num_cpus)
     else:
         print(f"local_ray: stopped {stop(a.temp_dir, a.address)} processes of {a.temp_dir}", file=sys.stderr)
     return 0

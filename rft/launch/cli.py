@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from rft.launch.lock import LaunchLocked, acquire_all
+from rft.launch.memory_plan import render as memory_plan
 from rft.launch.openrlhf_cli import format_command, resolve_overrides
 from rft.launch.record import build_record, chat_date, git_state, tag_attempt, write_run_record
 from rft.launch.rules import PROFILES, Profile, run_checks, sft_gpus, smoke_mode
@@ -98,6 +99,10 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
     prefix = command_prefix(profile)
     command = format_command(prefix, rest)
     rep, facts = run_checks(profile, rest, judge_live=judge_live)
+    plan, fits = ("", None) if profile.cpu else memory_plan(rest, nodes=int(os.environ.get("NODES") or 1))
+    if fits is False:
+        rep.warnings.append("memory plan: the actor does not fit its GPUs by the estimate below "
+                            "(OFFLOAD=1 ADAM_OFFLOAD=1, or more actor GPUs)")
     repo = Path(ns.repo)
     try:
         state = git_state(repo, os.environ.get("ATTEMPT"))
@@ -132,6 +137,8 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
         print(f"  note  {date_line}, if launched now", file=sys.stderr)
         if "lr_preflight" in facts:
             print("# LR schedule:\n" + facts["lr_preflight"], file=sys.stderr)
+        if plan:
+            print(plan, file=sys.stderr)
         if rep.errors:
             print(f"dry run: {len(rep.errors)} error(s): the configuration would be refused", file=sys.stderr)
             return 1
@@ -144,6 +151,8 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
         return 0
 
     print(rep.render(), file=sys.stderr)
+    if plan:
+        print(plan, file=sys.stderr)
     if rep.errors or rep.blocking:
         print(
             f"launch refused: {len(rep.errors) + len(rep.blocking)} problem(s) above; nothing was started",

@@ -7,6 +7,7 @@ tag at HEAD) and writes `run_record_<UTC>.json` next to the metrics.
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import socket
 from dataclasses import dataclass
@@ -120,6 +121,8 @@ def build_record(profile: str, command: list[str], command_text: str, state: Git
         "env": env,
         "host": socket.gethostname(),
         "repo": str(REPO_ROOT),  # the checkout that launched (monitor.sh finds its latest run by it)
+        # the launcher execs OpenRLHF's driver in this process: what `monitor.sh --follow --end-on-stop` ends
+        "driver_pid": os.getpid(),
         "started_utc": datetime.datetime.now(datetime.UTC).isoformat(),
         "started_local": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "chat_date": date,  # eval_posthoc.py --chat-date: the date rendered into the training prompts

@@ -30,6 +30,7 @@ from rft.monitor.logs import (
     read_spikes,
     spike_log_path,
 )
+from rft.monitor.stop import StopError, StopPlan, end_run, latest_checkpoint, newest_record, stop_verdict
 from rft.monitor.table import markdown_summary, markdown_table, rich_step_table, rich_verdict_table
 
 
@@ -121,7 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="judge reward: warn when a step's judge failure rate (failed / asked) exceeds this "
         "(default: %(default)s; stop when the last 3 steps all exceed --judge-fail-stop)",
     )
-    p.add_argument("--judge-fail-stop", type=float, default=0.5, help="see --judge-fail-warn (default: %(default)s)")
+    p.add_argument(
+        "--judge-fail-stop", type=float, default=0.5, help="see --judge-fail-warn (default: %(default)s)"
+    )
     p.add_argument(
         "--high-but-wrong-warn",
         type=float,
@@ -155,6 +158,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=5.0,
         help="--follow: warn when every GPU sits at 0%% utilisation this long, a possible deadlock "
         "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--end-on-stop",
+        action="store_true",
+        help="with --follow: on a STOP verdict, wait until a checkpoint at or after that step is on disk "
+        "(--ckpt-path), then end the run (SIGINT to the run record's driver_pid) and write the reason into the "
+        "run record; the run stays resumable. Without it --follow only reports",
+    )
+    p.add_argument(
+        "--record-dir",
+        default=os.environ.get("RUN_RECORD_DIR"),
+        help="where the run's run_record_*.json is (default: $RUN_RECORD_DIR, else the metrics directory)",
     )
     return p
 
@@ -299,12 +314,38 @@ def render(
     return Group(*parts)
 
 
+def act_on_stop(log: MetricsLog, args: argparse.Namespace, plan: StopPlan) -> str | None:
+    """--end-on-stop: a status line while a STOP waits for its checkpoint; ends the run when it is on disk."""
+    spikes, _ = read_spikes(args.spike_log or spike_log_path(args.metrics))
+    verdict = stop_verdict(diagnose(log, spikes, thresholds(args)))
+    steps = log.steps()
+    ckpt = latest_checkpoint(Path(args.ckpt_path))
+    action = plan.update(verdict, steps[-1] if steps else None, ckpt)
+    if action == "run":
+        return None
+    if action == "wait":
+        return (
+            f"STOP seen at step {plan.seen_at}: the run ends once a checkpoint at step >= {plan.seen_at} is in "
+            f"{args.ckpt_path} (newest now: {ckpt})"
+        )
+    record_dir = Path(args.record_dir) if args.record_dir else metrics_path(args.metrics).parent
+    entry = end_run(newest_record(record_dir), plan, ckpt)  # type: ignore[arg-type]
+    raise RunEnded(
+        f"ended the run (driver pid {entry['driver_pid']}) after {entry['checkpoint']}: {entry['reason']}"
+    )
+
+
+class RunEnded(Exception):
+    """--end-on-stop ended the run; the message says where and why."""
+
+
 def follow(args: argparse.Namespace, console: Console) -> int:
-    """Live view until Ctrl-C; waits for the metrics file to appear."""
+    """Live view until Ctrl-C (or, with --end-on-stop, until it ends the run: exit 2); waits for the metrics."""
     path = metrics_path(args.metrics)
     log, tail = MetricsLog(path=path), JsonlTail(path)
     watch = GpuWatch(mem_warn=args.gpu_mem_warn, idle_seconds=args.gpu_idle_minutes * 60)
     resets = 0
+    plan = StopPlan()
     with Live(Text(f"waiting for {path} ..."), console=console, refresh_per_second=1) as live:
         try:
             while True:
@@ -315,12 +356,22 @@ def follow(args: argparse.Namespace, console: Console) -> int:
                 gpus = gpu_samples()
                 alerts = watch.update(time.monotonic(), gpus)
                 if log.records:
-                    live.update(render(log, args, live=True, gpus=gpus, alerts=alerts))
+                    view = render(log, args, live=True, gpus=gpus, alerts=alerts)
+                    line = act_on_stop(log, args, plan) if args.end_on_stop else None
+                    live.update(Group(view, Text(line, style="bold red")) if line else view)
                 elif alerts:
                     live.update(Text(f"waiting for {path} ...\n" + "\n".join(f"WARN  gpu: {a}" for a in alerts)))
                 time.sleep(args.interval)
         except KeyboardInterrupt:
             return 0
+        except RunEnded as e:
+            live.stop()
+            print(f"monitor: {e}", file=sys.stderr)
+            return 2
+        except StopError as e:
+            live.stop()
+            print(f"monitor: cannot end the run: {e}", file=sys.stderr)
+            return 3
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -335,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
         args.ckpt_path = args.ckpt_path or latest.ckpt_path()
         print(f"monitor: the latest run of this checkout: {args.metrics}", file=sys.stderr)
     console = Console()
+    if args.end_on_stop and not (args.follow and args.ckpt_path):
+        build_parser().error(
+            "--end-on-stop needs --follow and the checkpoint directory (--ckpt-path or CKPT_PATH)"
+        )
     if args.follow:
         return follow(args, console)
     try:

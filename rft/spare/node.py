@@ -147,6 +147,7 @@ command -v "$p" >/dev/null 2>&1 || exit 99
 exec "$p" spare.py --argv-b64 "$3"
 """
 )
+READ_SCRIPT = _CD_REPO + 'exec cat -- "$(x "$2")"\n'  # a file on the spare, relative to its checkout
 PROBE_SCRIPT = (
     _CD_REPO
     + """git rev-parse --is-inside-work-tree >/dev/null 2>&1 || exit 96

@@ -75,3 +75,39 @@ def test_two_private_heads_run_side_by_side_and_stop_apart():
             assert local_ray.cluster_processes(b, addr_b) == []
         finally:
             local_ray.stop(a, addr_a)
+
+
+# a placement group of 2 GPUs then a 1-GPU actor: on a head of 2 GPUs and a second node of 1, they land apart
+TWO_NODES = """
+import sys, ray
+from ray.util.placement_group import placement_group
+ray.init(address=sys.argv[1], log_to_driver=False)
+pg = placement_group([{"GPU": 1, "CPU": 1}] * 2, strategy="PACK")
+ray.get(pg.ready())
+@ray.remote(num_gpus=1)
+class Engine:
+    def node(self):
+        return ray.get_runtime_context().get_node_id()
+head = [n["NodeID"] for n in ray.nodes() if n["Resources"].get("GPU") == 2]
+print(len(ray.nodes()), ray.get(Engine.remote().node.remote()) != head[0])
+"""
+
+
+def test_join_command_gives_the_second_node_ports_of_its_own():
+    cmd = local_ray.join_command("127.0.0.1:6379", 1, 2)
+    values = [cmd[cmd.index(flag) + 1] for flag in local_ray.JOIN_PORTS]
+    assert len(set(values)) == len(values) and cmd[cmd.index("--address") + 1] == "127.0.0.1:6379"
+    assert "--head" not in cmd and "--temp-dir" not in cmd and cmd[cmd.index("--node-ip-address") + 1] == "127.0.0.1"
+
+
+def test_a_second_node_joins_on_loopback_and_is_stopped_with_its_head():
+    with tempfile.TemporaryDirectory(prefix="rft-ray-j") as t:
+        addr = local_ray.start(t, num_gpus=2, num_cpus=2)
+        try:
+            local_ray.join(addr, num_gpus=1, num_cpus=2)
+            job = subprocess.run([sys.executable, "-c", TWO_NODES, addr], capture_output=True, text=True,
+                                 timeout=240, env={**os.environ, **local_ray.LOOPBACK_ENV})
+            assert job.returncode == 0 and job.stdout.split() == ["2", "True"], job.stderr[-3000:]
+        finally:
+            local_ray.stop(t, addr)
+        assert local_ray.cluster_processes(t, addr) == []

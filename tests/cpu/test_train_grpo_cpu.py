@@ -243,3 +243,74 @@ def test_reward_errors_and_missing_labels_are_counted_not_fatal(inputs, tmp_path
     assert [r["global_step"] for r in got] == list(range(1, 33))
     assert sum(r["reward_defaulted"] for r in got) > 0  # the samples whose reward call raised
     assert sum(r["label_missing"] for r in got) > 0  # the row without a label
+
+
+def test_two_ray_nodes_actor_and_engine_apart_reward_rises_and_watch_picks_the_best(inputs, tmp_path):
+    """NODES=2: two raylets on 127.0.0.1; the actor ranks on one node, the vLLM engine on the other, so the LoRA
+    sync crosses nodes through the object store; then `spare.py watch --host local --once` on its two adapters."""
+    rc, log = run(tmp_path, inputs, "two", "--save_steps", "16", NODES="2")
+    assert rc == 0, log[-6000:]
+    run_dir = tmp_path / "two"
+    record = json.loads(next((run_dir / "metrics").glob("run_record_*.json")).read_text())
+    placement = record["ray_placement"]
+    assert len({n["node_id"] for n in placement["nodes"]}) == 2
+    (actor,), (engine,) = placement["roles"]["actor"], placement["roles"]["vllm"]
+    assert actor != engine and placement["roles"]["ref"] == [actor] and placement["actor_and_vllm_on_different_nodes"]
+    rows = train_rows(run_dir)
+    assert [r["global_step"] for r in rows] == list(range(1, 33)) and rows[0]["kl"] == 0
+    assert all(r["lora_sync_bytes"] > 0 for r in rows)  # the adapter went to the other node every step
+    early, late = statistics.mean(series(rows[:4], "reward")), statistics.mean(series(rows[24:], "reward"))
+    assert late > early + 0.2, (early, late)
+    assert max(abs(v) for v in series(rows, "vllm_kl")) < 0.01
+    # every checkpoint evaluated on the "spare" (this machine), one tmux job each, and the best one named
+    sock = f"rft_cpu_watch_{os.getpid()}"
+    opts = ["--model", f"base={inputs / 'model'}", "--dataset", f"demo={inputs / 'eval_prompts.jsonl'}",
+            "--backend", "hf", "--device", "cpu", "--hf-dtype", "float32", "--merge-dtype", "float32",
+            "--merged-dir", str(tmp_path / "merged"), "--max-tokens", "8", "--bootstrap", "200",
+            "--chat-date", record["chat_date"], "--run-dir", str(tmp_path / "watch-eval")]
+    try:
+        proc = subprocess.run([sys.executable, str(ROOT / "spare.py"), "--host", "local", "--tmux-socket", sock,
+                               "watch", str(run_dir / "ckpt"), "--once", "--settle", "0", "--", *opts],
+                              capture_output=True, text=True, cwd=ROOT, timeout=1800,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"})
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    state = json.loads((run_dir / "ckpt" / "checkpoint_eval.json").read_text())
+    assert sorted(e["step"] for e in state["checkpoints"].values()) == [16, 32]
+    assert "| global_step16_hf | 16 |" in proc.stdout and "best: global_step" in proc.stdout
+    for e in state["checkpoints"].values():
+        assert e["cells"][0]["vs_baseline"]["delta"] > 0  # trained adapters beat the untrained base on the demo
+
+
+def test_monitor_ends_the_run_on_a_generated_stop_after_the_next_checkpoint(inputs, tmp_path):
+    """A generated STOP: a probe falling 90% -> 60% -> 30% appended to the live metrics; `monitor.sh --follow
+    --end-on-stop` waits for the next checkpoint, ends the driver, and the run record says why; it stays resumable."""
+    proc = launch(tmp_path, inputs, "stop", *SHORT)
+    run_dir = tmp_path / "stop"
+    metrics = run_dir / "metrics" / "training_metrics.jsonl"
+    mon = None
+    try:
+        deadline = time.time() + 900
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 1):
+            assert proc.poll() is None and time.time() < deadline, "no metrics"
+            time.sleep(0.5)
+        with open(metrics, "a") as f:  # whole lines, as the trainer's own writes
+            for step, value in ((1, 0.9), (2, 0.6), (3, 0.3)):
+                f.write(json.dumps({"global_step": step, "event": "eval", "eval_injected_pass1": value}) + "\n")
+        mon = subprocess.run(
+            ["bash", str(ROOT / "monitor.sh"), str(run_dir / "metrics"), "--follow", "--end-on-stop", "--ckpt-path",
+             str(run_dir / "ckpt"), "--probe-key", "eval_injected_pass1", "--interval", "1"],
+            capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable}, cwd=ROOT)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert mon.returncode == 2, mon.stdout[-3000:] + mon.stderr[-3000:]
+    record = json.loads(next((run_dir / "metrics").glob("run_record_*.json")).read_text())
+    entry = record["stopped_by_monitor"]
+    assert entry["reason"].startswith("OOD probe early stopping: eval_injected_pass1 fell twice")
+    latest = (run_dir / "ckpt" / "_actor" / "latest").read_text().strip()
+    assert entry["checkpoint"] == latest and int(latest.removeprefix("global_step")) >= entry["step"]
+    steps = [r["global_step"] for r in train_rows(run_dir) if "reward" in r]
+    assert steps and steps[-1] < 32  # ended early, at or after that checkpoint

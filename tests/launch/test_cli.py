@@ -146,6 +146,27 @@ def test_dry_run_passes_the_real_parser(name, patched_root, data_dir, tmp_path, 
         assert "200 scheduler steps" in res.stderr
 
 
+def test_two_nodes_120b_puts_the_actor_on_8_gpus_without_offload_and_prints_its_plan(
+    patched_root, data_dir, tmp_path, monkeypatch
+):
+    env = script_env(patched_root, data_dir, tmp_path)
+    res = run_script("train_grpo_120b.sh", {**env, "NODES": "2"}, "--dry-run")
+    assert res.returncode == 0, res.stdout + res.stderr
+    _, a = parsed_command(res.stdout, patched_root, monkeypatch)
+    assert (a.actor_num_gpus_per_node, a.vllm_num_engines, a.vllm_tensor_parallel_size) == (8, 4, 2)
+    assert not a.offload and not a.adam_offload and not a.gradient_checkpointing_use_reentrant
+    assert "needs 16 GPU(s)" in res.stderr
+    assert "27.20 GiB  exact     GPU                    frozen bf16 weights, ZeRO-3 partition: 2 B x 116.83B / 8" in (
+        res.stderr
+    )
+    assert "on each GPU of 79.6 GiB: fits" in res.stderr and "memory plan: the actor does not fit" not in res.stderr
+    # the one-node layout without offload is over by the same plan
+    one = run_script("train_grpo_120b.sh", {**env, "OFFLOAD": "0", "ADAM_OFFLOAD": "0"}, "--dry-run")
+    assert "does NOT fit" in one.stderr and "memory plan: the actor does not fit" in one.stderr
+    bad = run_script("train_grpo_120b.sh", {**env, "NODES": "3"}, "--dry-run")
+    assert bad.returncode == 2 and "NODES=3: expected 1 or 2" in bad.stderr
+
+
 def test_command_line_overrides_script(patched_root, data_dir, tmp_path, monkeypatch):
     env = script_env(patched_root, data_dir, tmp_path)
     res = run_script("train_grpo_20b.sh", env, "--dry-run", "--num_episodes", "50", "--actor_learning_rate", "1e-6")

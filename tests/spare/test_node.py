@@ -27,6 +27,7 @@ CLI_FILES = [
     "rft/spare/__init__.py",
     "rft/spare/node.py",
     "rft/spare/jobs.py",
+    "rft/spare/watch.py",
     "rft/spare/job.sh",
     "rft/spare/tmux.conf",
 ]

@@ -1,0 +1,238 @@
+"""Per-GPU memory plan of a gpt-oss GRPO launch: the actor's GPUs (ZeRO-3, LoRA, Adam) and the vLLM engines' GPUs.
+
+"exact" lines are arithmetic on the model's parameter counts (bytes per parameter x parameters / GPUs); estimate
+lines model what depends on runtime behaviour (ZeRO-3's gather working set, activations under gradient
+checkpointing with eager attention, the CUDA context and allocator slack, vLLM's KV cache). Nothing here was
+measured on a GPU; "size" is the published checkpoint's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+GIB = 1024**3
+H100_GIB = 79.6  # what an H100 80GB reports
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the plan needs of a gpt-oss checkpoint (the published configs)."""
+
+    name: str
+    params: float  # all parameters
+    layers: int
+    hidden: int
+    q_dim: int  # attention heads x head dim
+    kv_dim: int  # kv heads x head dim
+    experts: int
+    expert_dim: int  # the experts' intermediate size
+    vocab: int
+    heads: int
+    serve_gib: float  # the MXFP4 checkpoint vLLM loads (experts MXFP4, the rest bf16)
+
+    @property
+    def expert_params_per_layer(self) -> float:
+        """gate_up (hidden x 2*dim) and down (dim x hidden) of every expert of one layer."""
+        return self.experts * (self.hidden * 2 * self.expert_dim + self.expert_dim * self.hidden)
+
+    def lora_params(self, rank: int, modules: tuple[str, ...] = ("q", "k", "v", "o")) -> float:
+        """LoRA A and B on the attention projections: rank x (in + out) per module per layer."""
+        dims = {
+            "q": (self.hidden, self.q_dim),
+            "k": (self.hidden, self.kv_dim),
+            "v": (self.hidden, self.kv_dim),
+            "o": (self.q_dim, self.hidden),
+        }
+        return self.layers * sum(rank * sum(dims[m]) for m in modules)
+
+    @property
+    def attention_params(self) -> float:
+        """q/k/v/o weights of every layer (what merge-mode LoRA sync keeps a pristine copy of in vLLM)."""
+        return self.layers * (2 * self.hidden * self.q_dim + 2 * self.hidden * self.kv_dim)
+
+
+SHAPES = {
+    "gpt-oss-120b": Shape("gpt-oss-120b", 116.83e9, 36, 2880, 4096, 512, 128, 2880, 201088, 64, 60.8),
+    "gpt-oss-20b": Shape("gpt-oss-20b", 20.91e9, 24, 2880, 4096, 512, 32, 2880, 201088, 64, 12.8),
+}
+
+
+def shape_for(pretrain: str) -> Shape | None:
+    """The shape of a gpt-oss checkpoint named by path or id (its config.json when it is on disk)."""
+    cfg_path = Path(pretrain) / "config.json"
+    if cfg_path.is_file():
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        experts = cfg.get("num_local_experts")
+        for shape in SHAPES.values():
+            if cfg.get("num_hidden_layers") == shape.layers and experts == shape.experts:
+                return shape
+        return None
+    low = pretrain.lower()
+    return next((s for key, s in SHAPES.items() if key in low), None)
+
+
+@dataclass(frozen=True)
+class Line:
+    item: str
+    gib: float
+    kind: str  # "exact" or "estimate"
+    where: str = "GPU"
+
+
+class _Lenient(argparse.ArgumentParser):
+    """A parser that raises instead of exiting: a bad flag is OpenRLHF's parser's to report, not the plan's."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise ValueError(message)
+
+
+def _flags(argv: list[str]) -> argparse.Namespace | None:
+    """The flags the plan reads (None when one of them does not parse)."""
+    p = _Lenient(add_help=False)
+    p.add_argument("--pretrain")
+    p.add_argument("--actor_num_nodes", type=int, default=1)
+    p.add_argument("--actor_num_gpus_per_node", type=int, default=8)
+    p.add_argument("--vllm_num_engines", type=int, default=0)
+    p.add_argument("--vllm_tensor_parallel_size", type=int, default=1)
+    p.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.9)
+    p.add_argument("--lora_rank", type=int, default=0)
+    p.add_argument("--init_kl_coef", type=float, default=0.01)
+    p.add_argument("--prompt_max_len", type=int, default=1024)
+    p.add_argument("--generate_max_len", type=int, default=1024)
+    p.add_argument("--micro_train_batch_size", type=int, default=1)
+    for flag in (
+        "--offload",
+        "--adam_offload",
+        "--colocate_actor_ref",
+        "--gradient_checkpointing",
+        "--vllm_sync_lora_native",
+    ):
+        p.add_argument(flag, action="store_true")
+    try:
+        return p.parse_known_args(argv)[0]
+    except ValueError:
+        return None
+
+
+def actor_plan(shape: Shape, a: argparse.Namespace) -> list[Line]:
+    """Per actor GPU: ZeRO-3 partitions of weights, LoRA, grads and Adam; gather buffers; activations."""
+    n = a.actor_num_nodes * a.actor_num_gpus_per_node
+    lora = shape.lora_params(a.lora_rank) if a.lora_rank else shape.params
+    weights_where = "CPU (--offload)" if a.offload else "GPU"
+    lines = [
+        Line(
+            f"frozen bf16 weights, ZeRO-3 partition: 2 B x {shape.params / 1e9:.2f}B / {n}",
+            2 * shape.params / n / GIB,
+            "exact",
+            weights_where,
+        ),
+    ]
+    if a.init_kl_coef > 0 and a.colocate_actor_ref:
+        lines.append(
+            Line(
+                f"reference model (colocated), ZeRO-3 partition: 2 B x {shape.params / 1e9:.2f}B / {n}",
+                2 * shape.params / n / GIB,
+                "exact",
+                weights_where,
+            )
+        )
+    lines += [
+        Line(
+            f"LoRA r{a.lora_rank} weights + grads, bf16: 4 B x {lora / 1e6:.1f}M / {n}",
+            4 * lora / n / GIB,
+            "exact",
+        ),
+        Line(
+            f"Adam fp32 master + 2 moments: 12 B x {lora / 1e6:.1f}M / {n}",
+            12 * lora / n / GIB,
+            "exact",
+            "CPU (--adam_offload)" if a.adam_offload else "GPU",
+        ),
+    ]
+    # one layer's experts gathered in bf16, plus the prefetched next
+    gathered = 2 * 2 * shape.expert_params_per_layer
+    lines.append(
+        Line(
+            "ZeRO-3 gather: one layer's experts in bf16 and the next one prefetched "
+            f"(2 x 2 B x {shape.expert_params_per_layer / 1e9:.2f}B)",
+            gathered / GIB,
+            "estimate",
+        )
+    )
+    t = a.prompt_max_len + a.generate_max_len
+    mb = a.micro_train_batch_size
+    ckpt = shape.layers * mb * t * shape.hidden * 2
+    attn = mb * shape.heads * t * t * (2 + 4)  # eager attention: bf16 scores + fp32 softmax of one layer
+    logits = mb * t * shape.vocab * 4 * 2  # fp32 logits and log-softmax
+    lines.append(
+        Line(
+            f"activations, micro batch {mb} x {t} tokens, gradient checkpointing, eager attention: "
+            f"layer inputs {ckpt / GIB:.1f} + one layer's attention {attn / GIB:.1f} + logits "
+            f"{logits / GIB:.1f}",
+            (ckpt + attn + logits) / GIB,
+            "estimate",
+        )
+    )
+    lines.append(Line("CUDA context, NCCL buffers, allocator fragmentation", 4.0, "estimate"))
+    return lines
+
+
+def vllm_plan(shape: Shape, a: argparse.Namespace) -> list[Line]:
+    """Per engine GPU: the MXFP4 weights over TP, merge mode's pristine q/k/v/o copy, and the KV cache budget."""
+    tp = a.vllm_tensor_parallel_size
+    lines = [Line(f"MXFP4 checkpoint {shape.serve_gib:.1f} GiB / TP {tp}", shape.serve_gib / tp, "size")]
+    if a.lora_rank and not a.vllm_sync_lora_native:
+        lines.append(
+            Line(
+                f"merge-mode LoRA sync: pristine bf16 q/k/v/o ({shape.attention_params / 1e9:.2f}B) / TP {tp}",
+                2 * shape.attention_params / tp / GIB,
+                "exact",
+            )
+        )
+    budget = a.vllm_gpu_memory_utilization * H100_GIB
+    used = sum(line.gib for line in lines) + 3.0
+    lines.append(Line("CUDA graphs, activations, sampler", 3.0, "estimate"))
+    lines.append(
+        Line(
+            f"KV cache: the rest of --vllm_gpu_memory_utilization {a.vllm_gpu_memory_utilization} x "
+            f"{H100_GIB} GiB",
+            max(0.0, budget - used),
+            "estimate",
+        )
+    )
+    return lines
+
+
+def on_gpu(lines: list[Line]) -> float:
+    return sum(line.gib for line in lines if line.where == "GPU")
+
+
+def render(argv: list[str], nodes: int = 1, gpu_gib: float = H100_GIB) -> tuple[str, bool | None]:
+    """(the plan as text, whether the actor fits on its GPUs; None when the model is not a known gpt-oss)."""
+    a = _flags(argv)
+    shape = shape_for(a.pretrain or "") if a is not None else None
+    if shape is None:
+        return "", None
+    n = a.actor_num_nodes * a.actor_num_gpus_per_node
+    actor = actor_plan(shape, a)
+    total = on_gpu(actor)
+    fits = total <= gpu_gib
+    engines = a.vllm_num_engines * a.vllm_tensor_parallel_size
+    out = [
+        f"# memory plan per GPU ({shape.name}; {nodes} node(s): actor on {n} GPU(s), "
+        f"{a.vllm_num_engines} vLLM engine(s) x TP {a.vllm_tensor_parallel_size} on {engines} GPU(s); "
+        "exact = arithmetic on parameter counts, estimate = not measured):"
+    ]
+    out += [f"  actor  {line.gib:6.2f} GiB  {line.kind:8}  {line.where:22} {line.item}" for line in actor]
+    headroom = gpu_gib - total
+    out.append(
+        f"  actor  {total:6.2f} GiB on each GPU of {gpu_gib} GiB: "
+        + (f"fits, {headroom:.1f} GiB headroom" if fits else f"does NOT fit ({-headroom:.1f} GiB over)")
+    )
+    if engines:
+        vl = vllm_plan(shape, a)
+        out += [f"  vllm   {line.gib:6.2f} GiB  {line.kind:8}  {line.where:22} {line.item}" for line in vl]
+    return "\n".join(out), fits
