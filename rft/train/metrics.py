@@ -35,6 +35,7 @@ import torch
 from rft.io import atomic_write_jsonl
 from rft.reward.blend import JUDGE_LOG_KEYS
 from rft.reward.exact_match import EXTRA_LOG_KEYS
+from rft.train.group_waste import WASTE_KEYS
 from rft.train.loss_diag import DIAG_KEYS
 from rft.train.numbers import scalar
 from rft.train.robust_rewards import BATCH_KEYS
@@ -78,6 +79,8 @@ KNOWN_KEYS = (
     *JUDGE_LOG_KEYS,
     # rft: batch reward distribution and judge cost/failures (rft.train.robust_rewards.batch_reward_stats_of)
     *BATCH_KEYS,
+    # rft: uniform-reward groups and the rollouts they cost (rft.train.group_waste)
+    *WASTE_KEYS,
     # rft: loss diagnostics (rft.train.loss_diag) and the optimizer's grad norm
     *DIAG_KEYS,
     "grad_norm",
