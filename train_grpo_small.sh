@@ -103,6 +103,8 @@ rft_switch VLLM_SLEEP 1 --vllm_enable_sleep
 rft_switch DEEPSPEED_SLEEP 1 --deepspeed_enable_sleep
 rft_switch GRADIENT_CHECKPOINTING 1 --gradient_checkpointing
 # Resume automatically from the last DeepSpeed checkpoint when one exists (RESUME=0 starts fresh).
+# DYNAMIC_FILTER=1 / PROMPT_HISTORY=1: drop or skip prompt groups that teach nothing (scripts/launch_lib.sh).
+rft_prompt_filter
 rft_resume train_grpo_small.sh
 
 rft_launch small "${ARGS[@]}" "${PASS[@]}"

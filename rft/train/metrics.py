@@ -36,6 +36,7 @@ from rft.io import atomic_write_jsonl
 from rft.reward.blend import JUDGE_LOG_KEYS
 from rft.reward.exact_match import EXTRA_LOG_KEYS
 from rft.train.group_waste import WASTE_KEYS
+from rft.train.prompt_filter import STEP_KEYS as PROMPT_FILTER_KEYS
 from rft.train.loss_diag import DIAG_KEYS
 from rft.train.numbers import scalar
 from rft.train.robust_rewards import BATCH_KEYS
@@ -81,6 +82,8 @@ KNOWN_KEYS = (
     *BATCH_KEYS,
     # rft: uniform-reward groups and the rollouts they cost (rft.train.group_waste)
     *WASTE_KEYS,
+    # rft: online filtering and the prompt history (rft.train.prompt_filter)
+    *PROMPT_FILTER_KEYS,
     # rft: loss diagnostics (rft.train.loss_diag) and the optimizer's grad norm
     *DIAG_KEYS,
     "grad_norm",
