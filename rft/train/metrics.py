@@ -36,9 +36,9 @@ from rft.io import atomic_write_jsonl
 from rft.reward.blend import JUDGE_LOG_KEYS
 from rft.reward.exact_match import EXTRA_LOG_KEYS
 from rft.train.group_waste import WASTE_KEYS
-from rft.train.prompt_filter import STEP_KEYS as PROMPT_FILTER_KEYS
 from rft.train.loss_diag import DIAG_KEYS
 from rft.train.numbers import scalar
+from rft.train.prompt_filter import STEP_KEYS as PROMPT_FILTER_KEYS
 from rft.train.robust_rewards import BATCH_KEYS
 
 METRICS_FILE = "training_metrics.jsonl"
