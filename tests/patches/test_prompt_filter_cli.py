@@ -24,7 +24,8 @@ def test_filter_and_history_flags_parse_and_build_the_filter(patched_openrlhf, m
     assert pf.active and pf.dynamic_filtering and pf.history and pf.key == "correctness"
     assert pf.reward_range == (0.0, 1.0) and pf.explore == 0.4 and pf.max_skip == 0.95
     plain = PromptFilter.from_args(parse_args(BASE).args)
-    assert not plain.active and plain.key == "score"
+    assert not plain.active and plain.key == "score" and not parse_args(BASE).args.prompt_data_in_order
+    assert parse_args(BASE + ["--prompt_data_in_order"]).args.prompt_data_in_order
 
 
 def test_the_patched_loop_and_generator_use_the_filter(patched_openrlhf):  # noqa: F811
@@ -34,5 +35,6 @@ def test_the_patched_loop_and_generator_use_the_filter(patched_openrlhf):  # noq
     fit = inspect.getsource(ppo_trainer.PPOTrainer.fit)
     assert "passes(" in fit and "STATE_KEY: prompt_filter.state_dict()" in fit
     assert "prompt_filter.load_state_dict(checkpoint_states.get(STATE_KEY))" in fit
+    assert "shuffle = not getattr(args, \"prompt_data_in_order\", False)" in inspect.getsource(ppo_trainer.prepare_datasets)
     gen = inspect.getsource(em.SamplesGenerator._generate_vllm)
     assert "prompt_filter.after_group(experiences)" in gen and "collect(1)" in gen
