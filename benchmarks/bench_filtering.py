@@ -29,8 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 N = 8  # samples per prompt (train_grpo_cpu.sh)
 ARMS = {
-    "baseline": {"env": {}, "rbs": 8, "tbs": 64, "micro_train": 32},
-    "filtered": {"env": {"DYNAMIC_FILTER": "1", "PROMPT_HISTORY": "1"}, "rbs": 2, "tbs": 16, "micro_train": 8},
+    "baseline": {"env": {}, "rbs": 8, "tbs": 64, "micro_train": 32, "micro_rollout": 16},
+    "filtered": {"env": {"DYNAMIC_FILTER": "1", "PROMPT_HISTORY": "1"}, "rbs": 2, "tbs": 16, "micro_train": 8,
+                 "micro_rollout": 8},
 }
 
 
@@ -79,6 +80,7 @@ def run_arm(name: str, spec: dict, inputs: Path, out: Path, steps: int, pool: in
     episodes = steps * spec["rbs"] // pool
     flags = ["--rollout_batch_size", str(spec["rbs"]), "--train_batch_size", str(spec["tbs"]),
              "--micro_train_batch_size", str(spec["micro_train"]), "--num_episodes", str(episodes),
+             "--micro_rollout_batch_size", str(spec["micro_rollout"]),
              "--max_samples", str(pool), "--eval_steps", "2", "--save_steps", "1000"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "METRICS_", "SAMPLES_", "SPIKE_"))}
     env.update(PYTHON=python, OUT_ROOT=str(out), INPUTS=str(inputs), RUN_NAME=name, RESUME="0", TQDM_DISABLE="1",

@@ -81,7 +81,7 @@ class PromptFilter:
     key: str = "score"
     reward_range: tuple[float, float] = (0.0, 1.0)
     history: bool = False
-    explore: float = 0.5
+    explore: float = 0.25
     max_skip: float = 0.95
     seed: int = 42
     records: dict[str, list[int]] = field(default_factory=dict)  # key -> [uniform streak, appearances, last kind]
@@ -104,7 +104,7 @@ class PromptFilter:
             key=getattr(args, "dynamic_filtering_key", "score"),
             reward_range=tuple(getattr(args, "dynamic_filtering_reward_range", (0.0, 1.0))),
             history=bool(getattr(args, "prompt_history", False)),
-            explore=float(getattr(args, "prompt_history_explore", 0.5)),
+            explore=float(getattr(args, "prompt_history_explore", 0.25)),
             max_skip=float(getattr(args, "prompt_history_max_skip", 0.95)),
             seed=int(getattr(args, "seed", 42)),
         )

@@ -251,6 +251,7 @@ def test_filter_and_history_switches_on_the_mixed_task(tmp_path):
                    check=True, cwd=ROOT, env={**os.environ, "TORCHDYNAMO_DISABLE": "1", "OMP_NUM_THREADS": "1"})
     pool = len((inputs / "prompts.jsonl").read_text().splitlines())
     flags = ["--rollout_batch_size", "2", "--train_batch_size", "16", "--micro_train_batch_size", "8",
+             "--micro_rollout_batch_size", "8",
              "--num_episodes", "2", "--eval_steps", "-1", "--save_steps", "16", "--lr_warmup_ratio", "0"]
     rc, log = run(tmp_path, inputs, "filtered", *flags, DYNAMIC_FILTER="1", PROMPT_HISTORY="1")
     assert rc == 0, log[-6000:]
@@ -264,7 +265,8 @@ def test_filter_and_history_switches_on_the_mixed_task(tmp_path):
     assert rows[0]["prompts_per_accepted"] > 1  # easy and hard groups rolled out, then dropped
     assert sum(series(rows, "prompts_filtered")) > 0 and sum(series(rows, "prompts_skipped")) > 0
     assert max(series(rows, "pool_pass")) >= 1  # a second pass over the pool started
-    states = torch.load(tmp_path / "filtered" / "ckpt" / "_actor" / "global_step32" / "mp_rank_00_model_states.pt",
+    states = torch.load(tmp_path / "filtered" / "ckpt" / "_actor" / "global_step32"
+                        / "zero_pp_rank_0_mp_rank_00_model_states.pt",
                         map_location="cpu", weights_only=False)
     history = states["prompt_history"]["records"]
     assert len(history) >= pool - 2 and any(rec[0] >= 2 for rec in history.values())

@@ -23,6 +23,7 @@ def test_filter_and_history_flags_parse_and_build_the_filter(patched_openrlhf, m
     pf = PromptFilter.from_args(args)
     assert pf.active and pf.dynamic_filtering and pf.history and pf.key == "correctness"
     assert pf.reward_range == (0.0, 1.0) and pf.explore == 0.4 and pf.max_skip == 0.95
+    assert PromptFilter.from_args(parse_args(BASE + ["--prompt_history"]).args).explore == 0.25
     plain = PromptFilter.from_args(parse_args(BASE).args)
     assert not plain.active and plain.key == "score" and not parse_args(BASE).args.prompt_data_in_order
     assert parse_args(BASE + ["--prompt_data_in_order"]).args.prompt_data_in_order

@@ -53,7 +53,7 @@ def test_history_skips_uniform_prompts_more_the_longer_they_stay_uniform():
 
 def test_skips_are_counted_deterministic_and_rare_for_mixed_prompts():
     def run():
-        pf = PromptFilter(history=True, seed=3)
+        pf = PromptFilter(history=True, seed=3, explore=0.5)
         for p in range(200):
             pf.after_group(group(f"easy{p}", [1.0, 1.0]) if p % 2 else group(f"mixed{p}", [1.0, 0.0]))
         pool = iter([([f"easy{p}" if p % 2 else f"mixed{p}"], ["7"]) for p in range(200)])
