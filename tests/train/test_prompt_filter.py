@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
 from rft.launch.lr_schedule import Schedule
 from rft.train.prompt_filter import (
@@ -140,3 +141,40 @@ def test_a_pass_that_trains_nothing_ends_the_run():
     done = {"steps": 0}
     seen = list(passes(0, 3, 10, lambda: done["steps"], True))
     assert seen == [0]
+
+
+def test_the_patched_fit_loop_runs_the_step_budget_over_several_passes(patched_openrlhf, tmp_path, monkeypatch):  # noqa: F811
+    """The real patched PPOTrainer.fit with the history on: the sample generator's passes end early (prompts
+    skipped or dropped), and the loop starts further passes until the scheduled 3 rollout steps are done, with
+    the history in every checkpoint's client_states; off, 0.9.3's one episode of 1 step."""
+    from openrlhf.trainer.ppo_trainer import PPOTrainer
+    from test_metrics import loop_trainer, rollout
+
+    from rft.io import read_jsonl
+    from rft.train import metrics
+
+    monkeypatch.setattr("ray.get", lambda refs: refs)
+    for active in (True, False):
+        monkeypatch.setenv("METRICS_LOG_DIR", str(tmp_path / f"m{active}"))
+        monkeypatch.delenv("SAMPLES_LOG_DIR", raising=False)
+        monkeypatch.setattr(metrics, "_continued", set())
+        tr, group = loop_trainer(PPOTrainer, tmp_path)
+        tr.args.save_steps = 1
+        pf = PromptFilter(history=active)
+        # each pass over the 6-prompt pool yields one batch, then the loader is exhausted
+        batches = iter([item for s in range(5) for item in ((rollout(s), None, 4, False), ([], None, 2, True))])
+        tr.samples_generator = SimpleNamespace(generate_samples=lambda b=batches, **kw: next(b),
+                                               prompt_filter=pf)
+        tr.prompts_dataloader = type("Loader", (), {"__len__": lambda self: 6, "state_dict": lambda self: {}})()
+        tr.eval_dataloader, tr.generate_kwargs = None, {"prompt_max_len": 8, "max_new_tokens": 8}
+        saved = []
+        tr.save_logs_and_checkpoints = lambda step, status, states, saved=saved: (
+            saved.append(states), metrics.append_metrics(step, status))
+        tr.fit()
+        rows = read_jsonl(tmp_path / f"m{active}" / metrics.METRICS_FILE)
+        if active:  # budget = 6 // 2 * 1 = 3 rollout steps, over passes 0, 1, 2
+            assert [r["global_step"] for r in rows] == [1, 2, 3]
+            assert [r["pool_pass"] for r in rows] == [0, 1, 2] and [s["episode"] for s in saved] == [0, 1, 2]
+            assert all("prompt_history" in s for s in saved)
+        else:
+            assert [r["global_step"] for r in rows] == [1] and "pool_pass" not in rows[0]
