@@ -10,6 +10,7 @@ import torch
 from patched_openrlhf import patched_openrlhf  # noqa: F401  (fixture)
 
 from rft.train.numbers import finite, scalar
+from rft.train.prompt_filter import PromptFilter
 from rft.train.robust_rewards import (
     batch_reward_stats,
     repair_rollout_log_probs,
@@ -48,6 +49,7 @@ def generator(em, **args):
                 rollout_batch_size=4, dynamic_filtering=False)
     gen.args = SimpleNamespace(**{**base, **args})
     gen.prompts_dataloader = []
+    gen.prompt_filter = PromptFilter.from_args(gen.args)  # as SamplesGenerator.__init__ builds it
     return gen
 
 
