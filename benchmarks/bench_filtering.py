@@ -5,10 +5,9 @@ one after the other in this one invocation, on the demo's *mixed* task (`python 
 a pool of prompts the tiny model answers right from the start (easy), never (hard: a two-digit label), and
 learnable ones (label 7, ~1/10 right at first); the built-in eval is on held-out learnable prompts.
 
-- baseline: 8 prompts x 8 samples per step (one optimizer step), every prompt rolled out;
-- filtered: dynamic filtering (by correctness) + the prompt history, 2 accepted prompts x 8 samples per step
-  (one optimizer step): the baseline's teaching share of a batch (a quarter of its pool is learnable).
-Both do the same number of optimizer steps with the same cosine LR schedule. A step's rollout cost is
+Both arms have the same flags (8 prompts x 8 samples per step, one optimizer step, the same number of steps
+and cosine LR schedule); the filtered arm adds DYNAMIC_FILTER=1 PROMPT_HISTORY=1, so its 8 prompts per step
+are 8 groups that teach, drawn from as many rollouts as that takes. A step's rollout cost is
 rollout_batch_size x n (baseline) and prompts_per_accepted x rollout_batch_size x n (filtered: the dropped
 groups were generated too; skipped prompts cost nothing). Reported: uniform-group share of the rolled-out
 groups, rollout samples to each target eval pass@1, and each arm's pass@1 at the same sample budget.
@@ -28,10 +27,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 8  # samples per prompt (train_grpo_cpu.sh)
+SPEC = {"rbs": 8, "tbs": 64, "micro_train": 32, "micro_rollout": 16}
 ARMS = {
-    "baseline": {"env": {}, "rbs": 8, "tbs": 64, "micro_train": 32, "micro_rollout": 16},
-    "filtered": {"env": {"DYNAMIC_FILTER": "1", "PROMPT_HISTORY": "1"}, "rbs": 2, "tbs": 16, "micro_train": 8,
-                 "micro_rollout": 8},
+    "baseline": {"env": {}, **SPEC},
+    "filtered": {"env": {"DYNAMIC_FILTER": "1", "PROMPT_HISTORY": "1"}, **SPEC},
 }
 
 
@@ -125,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-filtering", help="run directories and results")
     p.add_argument("--steps", type=int, default=32, help="optimizer steps per arm (default 32)")
-    p.add_argument("--mix", type=int, nargs=3, default=[8, 12, 12], metavar=("LEARNABLE", "EASY", "HARD"))
-    p.add_argument("--targets", type=float, nargs="+", default=[0.3, 0.5, 0.7], help="eval pass@1 targets")
+    p.add_argument("--mix", type=int, nargs=3, default=[32, 48, 48], metavar=("LEARNABLE", "EASY", "HARD"))
+    p.add_argument("--targets", type=float, nargs="+", default=[0.2, 0.3, 0.5], help="eval pass@1 targets")
     p.add_argument("--python", default=str(ROOT / ".venv-vllm" / "bin" / "python"), help="the vLLM venv's python")
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="arms to run (default both)")
     a = p.parse_args(argv)

@@ -208,17 +208,20 @@ def planned_rollout_steps(pool: int, rollout_batch_size: int, num_episodes: int)
     return pool // rollout_batch_size * num_episodes
 
 
+IDLE_PASSES = 3
+"""Passes in a row that train nothing before the run ends: skips are random, so one idle pass can be luck."""
+
+
 def passes(start: int, num_episodes: int, budget: int, done: Callable[[], int], active: bool) -> Iterator[int]:
     """Pass numbers for the trainer's episode loop: 0.9.3's episodes when inactive; with filtering or history,
-    passes over the pool until `done()` reaches `budget` rollout steps, or a whole pass trains nothing (every
-    prompt skipped or filtered: the pool has nothing left to teach)."""
+    passes over the pool until `done()` reaches `budget` rollout steps, or IDLE_PASSES passes in a row train
+    nothing (every prompt skipped or dropped: the pool has nothing left to teach)."""
     if not active:
         yield from range(start, num_episodes)
         return
-    p = start
-    while done() < budget:
+    p, idle = start, 0
+    while done() < budget and idle < IDLE_PASSES:
         before = done()
         yield p
-        if done() == before:
-            return
+        idle = idle + 1 if done() == before else 0
         p += 1

@@ -137,10 +137,15 @@ def test_the_run_does_the_scheduler_steps_the_preflight_models(keep_rate):
         assert s.lr_after(off * s.steps_per_rollout) > 3e-6
 
 
-def test_a_pass_that_trains_nothing_ends_the_run():
+def test_passes_that_train_nothing_end_the_run():
     done = {"steps": 0}
-    seen = list(passes(0, 3, 10, lambda: done["steps"], True))
-    assert seen == [0]
+    assert list(passes(0, 3, 10, lambda: done["steps"], True)) == [0, 1, 2]  # IDLE_PASSES in a row
+    trained = iter([1, 0, 0, 1, 0, 0, 0])  # steps each pass trains; an idle pass alone does not end the run
+    seen = []
+    for p in passes(0, 1, 10, lambda: done["steps"], True):
+        seen.append(p)
+        done["steps"] += next(trained)
+    assert seen == [0, 1, 2, 3, 4, 5, 6] and done["steps"] == 2
 
 
 def test_the_patched_fit_loop_runs_the_step_budget_over_several_passes(patched_openrlhf, tmp_path, monkeypatch):  # noqa: F811
