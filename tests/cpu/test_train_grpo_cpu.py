@@ -252,7 +252,8 @@ def test_filter_and_history_switches_on_the_mixed_task(tmp_path):
     pool = len((inputs / "prompts.jsonl").read_text().splitlines())
     flags = ["--rollout_batch_size", "2", "--train_batch_size", "16", "--micro_train_batch_size", "8",
              "--micro_rollout_batch_size", "8",
-             "--num_episodes", "2", "--eval_steps", "-1", "--save_steps", "16", "--lr_warmup_ratio", "0"]
+             "--num_episodes", "2", "--eval_steps", "-1", "--save_steps", "16", "--lr_warmup_ratio", "0",
+             "--prompt_history_explore", "0.5"]  # a 32-prompt pool: keep enough prompts in each pass
     rc, log = run(tmp_path, inputs, "filtered", *flags, DYNAMIC_FILTER="1", PROMPT_HISTORY="1")
     assert rc == 0, log[-6000:]
     assert "--dynamic_filtering" in log and "the run still does 32 rollout steps" in log
