@@ -5,6 +5,8 @@ Example:
   python eval_posthoc.py --model base=/mnt/scratch/hf/gpt-oss-20b \\
       --model a30_s130=/mnt/data/rft_checkpoints/gpt-oss-20b-grpo-a30/global_step130_hf \\
       --dataset aime --dataset ood --mode greedy_pass@1 --mode sampling_pass@8 --run-dir runs/eval_a30
+  python eval_posthoc.py --model base=openai/gpt-oss-20b --dataset data/sft_rl_pool.jsonl \
+      --pass-rates data/pass_rates.jsonl --run-dir runs/pass_rates     # the RL pool's difficulty, resumable
 """
 
 from __future__ import annotations
@@ -147,6 +149,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="model dtype for either backend (vllm: auto = the checkpoint's, as vLLM picks it)",
     )
     g.add_argument("--batch-size", type=int, default=8, help="hf backend generate batch size")
+    g = p.add_argument_group(
+        "pass rates of a prompt pool (for prepare_sft_data.py --pass-rates; one --model, one --dataset)"
+    )
+    g.add_argument(
+        "--pass-rates",
+        metavar="OUT.jsonl",
+        help="instead of the eval modes: per-problem pass rates of the model over the dataset (one JSONL row per "
+        "problem: problem_hash, n, correct, pass_rate, truncated, mean_tokens) with the training prompt and "
+        "sampling settings; done in chunks cached under --run-dir/pass_rates/, so a re-run resumes",
+    )
+    g.add_argument("--pass-rate-samples", type=int, default=8, help="samples per problem (the training group)")
+    g.add_argument("--pass-rate-temperature", type=float, default=1.0, help="sampling temperature (training's)")
+    g.add_argument(
+        "--pass-rate-max-tokens", type=int, default=4096, help="max new tokens (the launch scripts' --generate_max_len)"
+    )
+    g.add_argument("--chunk-size", type=int, default=500, help="problems per cached chunk")
     return p
 
 
@@ -190,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         models = [parse_named(m, "--model") for m in args.model]
+        if args.pass_rates:
+            return pass_rates_main(args, models, backend_factory)
         summary = run_evaluation(
             models,
             args.dataset or ["aime"],
@@ -210,6 +230,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"eval_posthoc.py: error: {e}", file=sys.stderr)
         return 2
     print_summary(summary)
+    return 0
+
+
+def pass_rates_main(args, models: list[tuple[str, str]], backend_factory) -> int:
+    """The --pass-rates job: one model over one pool, chunked and cached under --run-dir."""
+    from rft.eval.merge import model_identity, resolve_model
+    from rft.eval.modes import resolve_dataset
+    from rft.eval.pass_rates import PassRateConfig, compute_pass_rates
+
+    if len(models) != 1 or len(args.dataset or []) != 1:
+        raise ValueError("--pass-rates takes exactly one --model and one --dataset (the pool)")
+    (_, path), (_, pool) = models[0], resolve_dataset(args.dataset[0], args.data_dir)
+    cfg = PassRateConfig(
+        samples=args.pass_rate_samples,
+        temperature=args.pass_rate_temperature,
+        max_new_tokens=args.pass_rate_max_tokens,
+        chunk_size=args.chunk_size,
+        seed=args.seed,
+        reasoning_effort=args.reasoning_effort,
+        chat_date=args.chat_date,
+    )
+
+    def resolve(p):
+        return resolve_model(p, base=args.base, merged_dir=args.merged_dir, dtype=args.merge_dtype,
+                             dequantize=not args.no_dequantize)[0]  # fmt: skip
+
+    compute_pass_rates(path, pool, args.pass_rates, run_dir=args.run_dir, cfg=cfg, backend_factory=backend_factory,
+                       resolve=resolve, identity=model_identity(path, args.base), limit=args.limit)  # fmt: skip
     return 0
 
 

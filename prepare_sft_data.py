@@ -3,6 +3,7 @@
 
 python prepare_sft_data.py                      # hub ids by default, writes data/
 python prepare_sft_data.py --verify             # re-check data/ against data/MANIFEST.json
+python prepare_sft_data.py --pass-rates data/pass_rates.jsonl   # + sft_rl_pool_band.jsonl (a pass-rate band)
 """
 
 from __future__ import annotations
@@ -13,6 +14,15 @@ from pathlib import Path
 
 from rich.console import Console
 
+from rft.data.pass_band import (
+    BAND_FILE,
+    DEFAULT_BAND,
+    ORDERS,
+    BandConfig,
+    band_markdown,
+    band_pool,
+    read_pass_rates,
+)
 from rft.data.pipeline import PROBE_ID_MODES, DataConfig, Inputs, prepare, write_outputs
 from rft.data.report import build_report, print_report, render_markdown
 from rft.data.sources import DataError
@@ -126,6 +136,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--min-solution-chars", type=int, default=d.min_solution_chars, help="stage 6: shortest solution"
     )
 
+    band = p.add_argument_group("a pool by base pass rate")
+    band.add_argument(
+        "--pass-rates",
+        type=Path,
+        help=f"per-problem pass rates of the base model over the RL pool (eval_posthoc.py --pass-rates: JSONL "
+        f"rows with problem_hash and pass_rate); adds {BAND_FILE}, the pool problems inside --pass-band, a "
+        "declared subset of the pool, and a pass-rate histogram with the share kept to REPORT.md",
+    )
+    band.add_argument(
+        "--pass-band",
+        type=float,
+        nargs=2,
+        metavar=("LOW", "HIGH"),
+        default=list(DEFAULT_BAND),
+        help="inclusive pass-rate band kept; the default drops the never- and always-solved problems (zero "
+        "advantage for every sample of their groups)",
+    )
+    band.add_argument(
+        "--pass-order",
+        choices=ORDERS,
+        default="pool",
+        help="order of the band pool: the pool's (seeded random) or easy-first (descending pass rate, a curriculum; "
+        "train with --prompt_data_in_order to keep it)",
+    )
     run = p.add_argument_group("running")
     run.add_argument("--batch-size", type=int, default=d.batch_size, help="rows per parquet record batch")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -174,12 +208,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         result = prepare(inputs, cfg)
+        band_md = ""
+        if args.pass_rates:
+            band_cfg = BandConfig(args.pass_rates, *args.pass_band, order=args.pass_order)
+            rows, band_report = band_pool(result.files["sft_rl_pool.jsonl"], read_pass_rates(args.pass_rates), band_cfg)
+            result.files[BAND_FILE] = rows
+            band_md = band_markdown(band_report)
     except DataError as e:
         Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         return 1
     report = build_report(result)
-    write_outputs(result, args.out_dir, render_markdown(report), report)
+    if band_md:
+        report["pass_band"] = band_report
+    write_outputs(result, args.out_dir, render_markdown(report) + ("\n" + band_md if band_md else ""), report)
     print_report(report, console)
+    if band_md:
+        console.print(band_md, highlight=False)
     console.print(
         f"wrote {len(result.files)} data files, REPORT.md, report.json and MANIFEST.json to {args.out_dir}"
     )

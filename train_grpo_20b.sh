@@ -92,6 +92,8 @@ rft_switch GRADIENT_CHECKPOINTING 1 --gradient_checkpointing
 rft_switch SAVE_HF_CKPT 1 --save_hf_ckpt
 # DISABLE_DS_CKPT=1 saves no DeepSpeed state (adapters only): nothing to resume from.
 rft_switch DISABLE_DS_CKPT 0 --disable_ds_ckpt
+# DYNAMIC_FILTER=1 / PROMPT_HISTORY=1: drop or skip prompt groups that teach nothing (scripts/launch_lib.sh).
+rft_prompt_filter
 rft_resume train_grpo_20b.sh
 
 rft_launch "${RFT_PROFILE:-20b}" "${ARGS[@]}" "$@"

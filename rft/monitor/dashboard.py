@@ -27,6 +27,12 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
     ("entropy", (("entropy", "entropy"),), "linear"),
     ("response length", (("response_length", "response_length"),), "linear"),
     ("truncation / clipping", (("truncated", "truncated"), ("ppo_clip_ratio", "ppo_clip_ratio")), "linear"),
+    (
+        "groups that teach nothing",
+        (("uniform_group_share", "uniform groups"), ("uniform_group_token_share", "their token share"),
+         ("nonzero_adv_share", "samples with advantage")),
+        "linear",
+    ),
 )
 
 
@@ -35,10 +41,13 @@ def plot_dashboard(
 ) -> None:
     """Render the dashboard to `out_path` (PNG, written atomically)."""
     th = th or Thresholds()
-    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5), sharex=True)
+    ncols = -(-len(PANELS) // 2)
+    fig, axes = plt.subplots(2, ncols, figsize=(5 * ncols, 7.5), sharex=True, squeeze=False)
     marks = spike_steps(log, spikes, th)
     key = probe_key(log, th)
-    for ax, (title, metrics, scale) in zip(axes.flat, PANELS, strict=True):
+    for ax in axes.flat[len(PANELS) :]:
+        ax.set_visible(False)
+    for ax, (title, metrics, scale) in zip(axes.flat, PANELS, strict=False):
         drawn, missing = 0, []
         for name, label in metrics:
             pts = log.series(name)

@@ -63,6 +63,8 @@ class Thresholds:
     reward_zero_steps: int = 3
     repaired_warn: float = 0.01
     repaired_fail: float = 0.5
+    uniform_share_warn: float = 0.5
+    uniform_steps: int = 5
 
 
 def exit_code(verdicts: Sequence[Verdict]) -> int:
@@ -422,6 +424,11 @@ PLAYBOOK = {
     "high truncation": "Increase --generate_max_len or add a length penalty in the reward.",
     "entropy collapse": "Diversity collapse: lower LR, add a KL constraint (init_kl_coef), check sampling temperature.",
     "non-finite values": "Training diverged: restart from the last good checkpoint with a lower LR.",
+    "uniform groups": "Most prompt groups get one reward for every sample (zero advantage): their rollouts teach "
+    "nothing. Mostly all wrong: sparse reward; start easier (a pass-rate band pool ordered easy -> hard, "
+    "prepare_sft_data.py --pass-rates), raise n_samples_per_prompt. Mostly all right: the pool is mastered; drop "
+    "solved prompts (--pass-rates band, PROMPT_HISTORY=1). Either way DYNAMIC_FILTER=1 refills the batch with "
+    "prompts that teach.",
 }
 
 
@@ -635,6 +642,24 @@ def entropy_collapse(w: Window) -> Finding:
     return Verdict(PLAY, "entropy collapse", WARN, ev, PLAYBOOK["entropy collapse"])
 
 
+def uniform_groups(w: Window) -> Finding:
+    """Over half the prompt groups uniform (zero advantage) at each of the last 5 steps."""
+    pts = w.log.series("uniform_group_share")
+    if not pts:
+        return "uniform groups (uniform_group_share)"
+    recent = pts[-w.th.uniform_steps :]
+    if len(recent) < w.th.uniform_steps or min(v for _, v in recent) <= w.th.uniform_share_warn:
+        return None
+    ev = f"uniform_group_share {', '.join(f'{v:.0%}' for _, v in recent)} at steps {recent[0][0]}-{recent[-1][0]}"
+    row = w.log.records.get(recent[-1][0], {})
+    parts = [f"{label} {row[k]:.0%}" for label, name in (("all right", "groups_all_correct"),
+             ("all wrong", "groups_all_wrong"), ("of the tokens", "uniform_group_token_share"))
+             if (k := w.log.key_for(name)) and row.get(k) is not None]  # fmt: skip
+    if parts:
+        ev += f" ({', '.join(parts)} at step {recent[-1][0]})"
+    return Verdict(PLAY, "uniform groups", WARN, ev, PLAYBOOK["uniform groups"])
+
+
 # ---------------------------------------------------------------- the guide's named thresholds
 
 
@@ -730,7 +755,7 @@ GUIDE_RULES = (boxed_steady_state, extreme_ratios, negative_ppo_kl, reward_drops
 
 
 PLAYBOOK_RULES = (non_finite, flat_learning, instability, reward_hacking, loss_grad_spikes, length_collapse,
-                  high_truncation, entropy_collapse, *GUIDE_RULES)
+                  high_truncation, entropy_collapse, uniform_groups, *GUIDE_RULES)
 
 
 def playbook(log: MetricsLog, spikes: Sequence[Spike], th: Thresholds) -> list[Verdict]:

@@ -23,6 +23,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("resp_len", "response_length", "len"),
     ("trunc", "truncated", "frac"),
     ("vllm_kl", "vllm_kl", "num"),
+    ("uniform", "uniform_group_share", "frac"),
 )
 BARS = "▁▂▃▄▅▆▇█"
 STATUS_STYLE = {

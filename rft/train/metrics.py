@@ -37,8 +37,10 @@ import torch
 from rft.io import atomic_write_jsonl
 from rft.reward.blend import JUDGE_LOG_KEYS
 from rft.reward.exact_match import EXTRA_LOG_KEYS
+from rft.train.group_waste import WASTE_KEYS
 from rft.train.loss_diag import DIAG_KEYS
 from rft.train.numbers import scalar
+from rft.train.prompt_filter import STEP_KEYS as PROMPT_FILTER_KEYS
 from rft.train.robust_rewards import BATCH_KEYS
 from rft.train.token_stats import KEYS as TOKEN_STAT_KEYS
 
@@ -81,6 +83,10 @@ KNOWN_KEYS = (
     *JUDGE_LOG_KEYS,
     # rft: batch reward distribution and judge cost/failures (rft.train.robust_rewards.batch_reward_stats_of)
     *BATCH_KEYS,
+    # rft: uniform-reward groups and the rollouts they cost (rft.train.group_waste)
+    *WASTE_KEYS,
+    # rft: online filtering and the prompt history (rft.train.prompt_filter)
+    *PROMPT_FILTER_KEYS,
     # rft: loss diagnostics (rft.train.loss_diag) and the optimizer's grad norm
     *DIAG_KEYS,
     "grad_norm",

@@ -314,3 +314,39 @@ def test_monitor_ends_the_run_on_a_generated_stop_after_the_next_checkpoint(inpu
     assert entry["checkpoint"] == latest and int(latest.removeprefix("global_step")) >= entry["step"]
     steps = [r["global_step"] for r in train_rows(run_dir) if "reward" in r]
     assert steps and steps[-1] < 32  # ended early, at or after that checkpoint
+
+
+def test_filter_and_history_switches_on_the_mixed_task(tmp_path):
+    """DYNAMIC_FILTER=1 PROMPT_HISTORY=1 on the mixed task (easy / hard / learnable prompts): every trained group
+    teaches (uniform share 0), dropped and skipped prompts are counted, the run does exactly the rollout steps
+    the LR preflight models (over several passes of the pool) and the cosine ends at its floor, and the
+    checkpoint carries the prompt history."""
+    import torch
+
+    from rft.launch.lr_schedule import Schedule
+
+    inputs = tmp_path / "inputs"
+    subprocess.run([sys.executable, "-m", "rft.cpu.demo", str(inputs), "--task", "mixed", "--format-steps", "80"],
+                   check=True, cwd=ROOT, env={**os.environ, "TORCHDYNAMO_DISABLE": "1", "OMP_NUM_THREADS": "1"})
+    pool = len((inputs / "prompts.jsonl").read_text().splitlines())
+    flags = ["--rollout_batch_size", "2", "--train_batch_size", "16", "--micro_train_batch_size", "8",
+             "--micro_rollout_batch_size", "8",
+             "--num_episodes", "2", "--eval_steps", "-1", "--save_steps", "16", "--lr_warmup_ratio", "0",
+             "--prompt_history_explore", "0.5"]  # a 32-prompt pool: keep enough prompts in each pass
+    rc, log = run(tmp_path, inputs, "filtered", *flags, DYNAMIC_FILTER="1", PROMPT_HISTORY="1")
+    assert rc == 0, log[-6000:]
+    assert "--dynamic_filtering" in log and "the run still does 32 rollout steps" in log
+    rows = train_rows(tmp_path / "filtered")
+    sched = Schedule(pool=pool, n_samples_per_prompt=8, train_batch_size=16, num_episodes=2, lr=5e-3,
+                     warmup_ratio=0.0, rollout_batch_size=2)
+    assert [r["global_step"] for r in rows] == list(range(1, sched.rollout_steps + 1))  # 32, not two passes' worth
+    assert rows[-1]["actor_lr"] == pytest.approx(sched.lr_after(sched.total_steps), rel=1e-3)  # the floor
+    assert all(r["uniform_group_share"] == 0 for r in rows), series(rows, "uniform_group_share")
+    assert rows[0]["prompts_per_accepted"] > 1  # easy and hard groups rolled out, then dropped
+    assert sum(series(rows, "prompts_filtered")) > 0 and sum(series(rows, "prompts_skipped")) > 0
+    assert max(series(rows, "pool_pass")) >= 1  # a second pass over the pool started
+    states = torch.load(tmp_path / "filtered" / "ckpt" / "_actor" / "global_step32"
+                        / "zero_pp_rank_0_mp_rank_00_model_states.pt",
+                        map_location="cpu", weights_only=False)
+    history = states["prompt_history"]["records"]
+    assert len(history) >= pool - 2 and any(rec[0] >= 2 for rec in history.values())

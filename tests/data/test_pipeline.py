@@ -397,3 +397,49 @@ def test_the_reward_grades_every_sft_output_correct(run):
         for row in read_jsonl(run / name):
             grade = reward.grade(row["output"], row["label"], finished=True)
             assert grade.correct and grade.has_boxed, (name, row["output"][-60:], grade)
+
+
+def test_pass_rate_band_pool_is_a_verified_subset_with_its_histogram(run, inputs, tmp_path, capsys):
+    """--pass-rates: the pool problems inside the band (default: never- and always-solved dropped), a declared
+    subset of the pool that --verify checks, with the histogram and the share kept in REPORT.md."""
+    from rft.data.pass_band import BAND_FILE
+    from rft.problems import problem_hash
+
+    pool = [json.loads(x) for x in (run / "sft_rl_pool.jsonl").read_text().splitlines()]
+    levels = [0.0, 0.125, 0.5, 0.875, 1.0]
+    rates = [{"problem_hash": problem_hash(r["input"]), "n": 8, "pass_rate": levels[i % 5]}
+             for i, r in enumerate(pool) if i % 7]  # every 7th problem unmeasured  # fmt: skip
+    path = tmp_path / "pass_rates.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rates))
+    out = tmp_path / "out"
+    assert CLI.main(_args(inputs, out, "--pass-rates", str(path), "--pass-order", "easy-first")) == 0
+    band = [json.loads(x) for x in (out / BAND_FILE).read_text().splitlines()]
+    rate_of = {r["problem_hash"]: r["pass_rate"] for r in rates}
+    expected = [r for i, r in enumerate(pool) if i % 7 and levels[i % 5] not in (0.0, 1.0)]
+    assert sorted(map(json.dumps, band)) == sorted(map(json.dumps, expected))
+    got = [rate_of[problem_hash(r["input"])] for r in band]
+    assert got == sorted(got, reverse=True) and set(got) == {0.125, 0.5, 0.875}  # easy first
+    report = (out / "REPORT.md").read_text()
+    share = len(band) / len(pool)
+    assert f"**{len(band)} of {len(pool)} problems ({share:.1%})**" in report
+    assert "| 0.000 |" in report and "| no |" in report and "| yes |" in report
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert manifest["files"][BAND_FILE]["subset_of"] == "sft_rl_pool.jsonl"
+    assert (out / "sft_rl_pool.jsonl").read_bytes() == (run / "sft_rl_pool.jsonl").read_bytes()  # pool unchanged
+    assert CLI.main(["--verify", "--out-dir", str(out)]) == 0
+    assert f"{BAND_FILE} inside sft_rl_pool.jsonl" in {c.name for c in verify(out) if c.ok}
+    # a narrower band, and a band holding nothing
+    assert CLI.main(_args(inputs, tmp_path / "narrow", "--pass-rates", str(path), "--pass-band", "0.4", "0.6")) == 0
+    assert len((tmp_path / "narrow" / BAND_FILE).read_text().splitlines()) == sum(
+        1 for i in range(len(pool)) if i % 7 and levels[i % 5] == 0.5)
+    assert CLI.main(_args(inputs, tmp_path / "none", "--pass-rates", str(path), "--pass-band", "0.6", "0.7")) == 1
+    path.write_text('{"problem_hash": "x", "pass_rate": 3}\n')
+    assert CLI.main(_args(inputs, tmp_path / "bad", "--pass-rates", str(path))) == 1
+    assert "pass_rate in [0, 1]" in capsys.readouterr().err
+
+
+def test_help_documents_the_pass_rate_input(capsys):
+    with pytest.raises(SystemExit):
+        CLI.main(["--help"])
+    text = capsys.readouterr().out
+    assert "--pass-rates" in text and "eval_posthoc.py --pass-rates" in text and "--pass-band" in text

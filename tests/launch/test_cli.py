@@ -195,6 +195,26 @@ def test_lora_sync_switch_merge_or_native(patched_root, data_dir, tmp_path, monk
     assert res.returncode == 2 and "LORA_SYNC=fused: expected merge or native" in res.stderr
 
 
+def test_dynamic_filter_switch_picks_the_range_for_the_reward(patched_root, data_dir, tmp_path, monkeypatch):
+    """DYNAMIC_FILTER=1: the score rule for exact match (scores are 0/1), the correctness rule for the judge
+    (a right answer pays 0.8-1.0) and the signed scheme; PROMPT_HISTORY=1 adds --prompt_history; the run length
+    note names the unchanged step count."""
+    env = script_env(patched_root, data_dir, tmp_path)
+    res = run_script("train_grpo_20b.sh", {**env, "DYNAMIC_FILTER": "1", "PROMPT_HISTORY": "1"}, "--dry-run")
+    assert res.returncode == 0, res.stderr
+    argv, a = parsed_command(res.stdout, patched_root, monkeypatch)
+    assert a.dynamic_filtering and a.dynamic_filtering_key == "score" and a.prompt_history
+    assert tuple(a.dynamic_filtering_reward_range) == (0.0, 1.0)
+    assert "the run still does" in res.stdout + res.stderr
+    res = run_script("train_grpo_20b.sh", {**env, "DYNAMIC_FILTER": "1", "RFT_REWARD_SCHEME": "signed"}, "--dry-run")
+    argv, a = parsed_command(res.stdout, patched_root, monkeypatch)
+    assert a.dynamic_filtering_key == "correctness" and not a.prompt_history
+    res = run_script("train_grpo_20b.sh", {**env, "DYNAMIC_FILTER": "2"}, "--dry-run")
+    assert res.returncode == 2 and "DYNAMIC_FILTER=2: expected 0 or 1" in res.stderr
+    res = run_script("train_grpo_20b.sh", env, "--dry-run")
+    assert "--dynamic_filtering" not in res.stdout and "--prompt_history" not in res.stdout
+
+
 def test_bad_flag_is_named(patched_root, data_dir, tmp_path):
     env = script_env(patched_root, data_dir, tmp_path)
     res = run_script("train_grpo_20b.sh", env, "--dry-run", "--eps_clipp_typo", "0.1")

@@ -57,6 +57,11 @@ def base_row(step: int, rng: random.Random, *, learn: float = 0.004, kl_scale: f
         "logratio_min": -1.4,
         "ratio_max": 4.5,
         "logratio_abs_p99": 0.2,
+        "uniform_group_share": 0.3,
+        "uniform_group_token_share": 0.25,
+        "nonzero_adv_share": 0.6,
+        "groups_all_correct": 0.1,
+        "groups_all_wrong": 0.2,
     }
 
 
@@ -193,6 +198,16 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
         evals = {8: 0.81, 16: 0.83, 24: 0.79, 32: 0.80}
         if name == "showcase":
             evals = {0: 0.10, **evals}
+    elif name == "uniform_groups":
+        # From step 26 the policy has mastered most prompts: 70-80% of the groups all right, zero advantage.
+        rows = [base_row(s, rng) for s in range(1, STEPS + 1)]
+        for row in rows:
+            s = row["global_step"]
+            if s >= 26:
+                share = 0.7 + 0.01 * (s - 26)
+                row.update(uniform_group_share=share, uniform_group_token_share=share - 0.1,
+                           nonzero_adv_share=0.9 - share, groups_all_correct=share - 0.05, groups_all_wrong=0.05)
+        evals = _binomial_scores(rng, lambda s: 0.38 + 0.004 * s)
     elif name == "upstream_only":
         keep = {"global_step", "timestamp", "reward", "kl", "logprobs_diff", "policy_loss", "actor_lr",
                 "ppo_kl", "ppo_clip_ratio", "response_length", "total_length", "truncated", "group_reward_std"}
@@ -211,7 +226,8 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
 
 SCENARIOS = ("healthy", "flat", "spiking", "hacking", "collapsing", "unstable", "truncating", "early_stop",
              "broken_sync", "sync_drift", "nan_loss", "smoke_fail", "upstream_only", "judge_failing", "judge_pleasing",
-             "format_drift", "ratio_tail", "negative_ppo_kl", "reward_dropout", "showcase", "showcase_no_baseline")
+             "format_drift", "ratio_tail", "negative_ppo_kl", "reward_dropout", "showcase", "showcase_no_baseline",
+             "uniform_groups")
 
 
 def write_scenario(name: str, directory: Path) -> Path:

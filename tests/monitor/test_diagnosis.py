@@ -37,7 +37,18 @@ EXPECTED = {
     # starts after the learning and the playbook calls it reward hacking. The plateau is not flat learning.
     "showcase": (0, {"playbook diagnosis": PASS, "OOD probe early stopping": PASS}),
     "showcase_no_baseline": (1, {"reward hacking": WARN}),
+    "uniform_groups": (1, {"uniform groups": WARN}),
 }
+
+
+def test_uniform_groups_verdict_names_the_split_and_the_switches(tmp_path):
+    v = {v.check: v for v in run("uniform_groups", tmp_path)}["uniform groups"]
+    assert "uniform_group_share 80%, 81%, 82%, 83%, 84% at steps 36-40" in v.evidence
+    assert "all right 79%" in v.evidence and "DYNAMIC_FILTER=1" in v.action and "--pass-rates" in v.action
+    log = MetricsLog()
+    for s, share in enumerate([0.9, 0.9, 0.4, 0.9, 0.9, 0.9], start=1):  # one teaching step breaks the run of 5
+        log.add({"global_step": s, "uniform_group_share": share}, "x")
+    assert "uniform groups" not in {v.check for v in diagnose(log)}
 
 
 def test_judge_failure_rate_verdicts():

@@ -220,7 +220,9 @@ def test_sync_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypatc
     monkeypatch.setattr("ray.get", lambda refs: refs)  # the groups are stand-ins returning plain values
     tr, group = loop_trainer(PPOTrainer, log_dirs)
     batches = iter([(rollout(s), None, 2, False) for s in range(3)] + [([], None, 0, True)])
-    tr.samples_generator = SimpleNamespace(generate_samples=lambda **kw: next(batches))
+    from rft.train.prompt_filter import PromptFilter
+
+    tr.samples_generator = SimpleNamespace(generate_samples=lambda **kw: next(batches), prompt_filter=PromptFilter())
     tr.prompts_dataloader = type("Loader", (), {"__len__": lambda self: 6, "state_dict": lambda self: {}})()
     tr.eval_dataloader, tr.generate_kwargs = None, {"prompt_max_len": 8, "max_new_tokens": 8}
     tr.fit()

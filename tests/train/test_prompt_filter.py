@@ -1,0 +1,184 @@
+"""Online filtering by score or correctness, the prompt history, and the step budget the LR schedule assumes."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rft.launch.lr_schedule import Schedule
+from rft.train.prompt_filter import (
+    MIXED,
+    RIGHT,
+    WRONG,
+    PromptFilter,
+    group_kind,
+    passes,
+    planned_rollout_steps,
+)
+
+
+def group(prompt, rewards, correct=None, scores=None):
+    """One prompt group of OpenRLHF Experiences (one sample each), as _generate_vllm sees it."""
+    correct = rewards if correct is None else correct
+    scores = rewards if scores is None else scores
+    return [SimpleNamespace(prompts=[prompt], labels=["7"], rewards=torch.tensor([r]), scores=torch.tensor([s]),
+                            info={"correctness": torch.tensor([c])})
+            for r, c, s in zip(rewards, correct, scores, strict=True)]  # fmt: skip
+
+
+def test_judge_rewards_need_the_correctness_key():
+    """correct_only pays a right answer 0.8-1.0: the score mean of an all-right group is inside (0, 1)."""
+    judged = group("p", [0.85, 0.92, 1.0, 0.8], correct=[1, 1, 1, 1])
+    by_score = PromptFilter(dynamic_filtering=True, key="score")
+    by_correct = PromptFilter(dynamic_filtering=True, key="correctness")
+    assert by_score.after_group(judged) == judged  # 0.9.3's rule keeps a group that teaches nothing
+    assert by_correct.after_group(judged) == [] and by_correct.filtered == 1
+    mixed = group("q", [0.9, 0.0, 0.0, 0.0], correct=[1, 0, 0, 0])
+    assert by_correct.after_group(mixed) == mixed
+    assert group_kind(judged, "correctness") == RIGHT and group_kind(mixed, "correctness") == MIXED
+    assert group_kind(group("r", [0.0, 0.0]), "score") == WRONG
+
+
+def test_history_skips_uniform_prompts_more_the_longer_they_stay_uniform():
+    pf = PromptFilter(history=True, explore=0.5, max_skip=0.95)
+    key = "a" * 16
+    pf.records[key] = [0, 0, MIXED]
+    assert pf.skip_probability(key) == 0
+    probs = []
+    for streak in (1, 2, 3, 10):
+        pf.records[key][0] = streak
+        probs.append(pf.skip_probability(key))
+    assert probs == [0.5, 0.75, 0.875, 0.95]  # capped: a prompt is never retired for good
+
+
+def test_skips_are_counted_deterministic_and_rare_for_mixed_prompts():
+    def run():
+        pf = PromptFilter(history=True, seed=3, explore=0.5)
+        for p in range(200):
+            pf.after_group(group(f"easy{p}", [1.0, 1.0]) if p % 2 else group(f"mixed{p}", [1.0, 0.0]))
+        pool = iter([([f"easy{p}" if p % 2 else f"mixed{p}"], ["7"]) for p in range(200)])
+
+        def draw(k):
+            try:
+                return (*next(pool), False)
+            except StopIteration:
+                return [], [], True
+
+        prompts, _, exhausted = pf.collect(draw, 200)
+        return pf, prompts, exhausted
+
+    pf, prompts, exhausted = run()
+    assert exhausted and pf.skipped == 200 - len(prompts)
+    easy_kept = sum(p.startswith("easy") for p in prompts)
+    assert sum(p.startswith("mixed") for p in prompts) == 100  # never skipped
+    assert 30 <= easy_kept <= 70  # streak 1: skipped with probability 1/2
+    assert run()[1] == prompts  # the same draws on a rerun (and on a resume: the records carry the appearances)
+
+
+def test_history_state_round_trips_through_the_checkpoint():
+    pf = PromptFilter(history=True)
+    pf.after_group(group("p", [1.0, 1.0]))
+    pf.after_group(group("p", [1.0, 1.0]))
+    pf.passes = 3
+    restored = PromptFilter(history=True)
+    restored.load_state_dict(pf.state_dict())
+    assert restored.records == pf.records and restored.passes == 3
+    assert next(iter(restored.records.values()))[0] == 2
+    restored.load_state_dict(None)  # a checkpoint from before the history
+    assert restored.records == pf.records
+
+
+def test_step_metrics_count_and_reset():
+    pf = PromptFilter(dynamic_filtering=True, history=True)
+    for p, r in (("a", [1.0, 1.0]), ("b", [0.0, 0.0]), ("c", [1.0, 0.0])):
+        pf.after_group(group(p, r))
+    m = pf.step_metrics(accepted_prompts=1)
+    assert m["prompts_filtered"] == 2 and m["prompts_per_accepted"] == 3.0 and m["prompts_uniform_known"] == 2
+    assert pf.step_metrics(1)["prompts_filtered"] == 0
+    assert PromptFilter().step_metrics(1) == {}
+
+
+def test_off_means_0_9_3_behaviour():
+    pf = PromptFilter()
+    assert not pf.active and not pf.skip("p", "7")
+    g = group("p", [1.0, 1.0])
+    assert pf.after_group(g) == g
+    with pytest.raises(ValueError):
+        PromptFilter(key="mean")
+
+
+def simulate(pool, rbs, episodes, keep_rate, active):
+    """The patched fit loop's step accounting: each pass yields pool // rbs batches when nothing is dropped,
+    about keep_rate of that with filtering/history; returns rollout steps done."""
+    done = {"steps": 0}
+    budget = planned_rollout_steps(pool, rbs, episodes)
+    for _ in passes(0, episodes, budget, lambda: done["steps"], active):
+        for _ in range(int(pool * keep_rate) // rbs):
+            if active and done["steps"] >= budget:
+                break
+            done["steps"] += 1
+    return done["steps"]
+
+
+@pytest.mark.parametrize("keep_rate", [1.0, 0.6, 0.3])
+def test_the_run_does_the_scheduler_steps_the_preflight_models(keep_rate):
+    """With filtering or history the run still does Schedule.rollout_steps rollout steps, so total_steps
+    optimizer steps: the cosine reaches its floor as the LR preflight says."""
+    s = Schedule(pool=384, n_samples_per_prompt=8, train_batch_size=64, num_episodes=5, lr=1e-5,
+                 warmup_ratio=0.05, rollout_batch_size=64)  # fmt: skip
+    steps = simulate(384, 64, 5, keep_rate, active=True)
+    assert steps == s.rollout_steps == 30 and steps * s.steps_per_rollout == s.total_steps == 240
+    assert s.lr_after(s.total_steps) == pytest.approx(1e-6)  # the floor, reached on the run's last step
+    # without the budget, 0.9.3 stops after its episodes: fewer steps, the LR never decays to its floor
+    off = simulate(384, 64, 5, keep_rate, active=False)
+    assert off == int(384 * keep_rate) // 64 * 5
+    if keep_rate < 1:
+        assert s.lr_after(off * s.steps_per_rollout) > 3e-6
+
+
+def test_passes_that_train_nothing_end_the_run():
+    done = {"steps": 0}
+    assert list(passes(0, 3, 10, lambda: done["steps"], True)) == [0, 1, 2]  # IDLE_PASSES in a row
+    trained = iter([1, 0, 0, 1, 0, 0, 0])  # steps each pass trains; an idle pass alone does not end the run
+    seen = []
+    for p in passes(0, 1, 10, lambda: done["steps"], True):
+        seen.append(p)
+        done["steps"] += next(trained)
+    assert seen == [0, 1, 2, 3, 4, 5, 6] and done["steps"] == 2
+
+
+def test_the_patched_fit_loop_runs_the_step_budget_over_several_passes(patched_openrlhf, tmp_path, monkeypatch):  # noqa: F811
+    """The real patched PPOTrainer.fit with the history on: the sample generator's passes end early (prompts
+    skipped or dropped), and the loop starts further passes until the scheduled 3 rollout steps are done, with
+    the history in every checkpoint's client_states; off, 0.9.3's one episode of 1 step."""
+    from openrlhf.trainer.ppo_trainer import PPOTrainer
+    from test_metrics import loop_trainer, rollout
+
+    from rft.io import read_jsonl
+    from rft.train import metrics
+
+    monkeypatch.setattr("ray.get", lambda refs: refs)
+    for active in (True, False):
+        monkeypatch.setenv("METRICS_LOG_DIR", str(tmp_path / f"m{active}"))
+        monkeypatch.delenv("SAMPLES_LOG_DIR", raising=False)
+        monkeypatch.setattr(metrics, "_continued", set())
+        tr, group = loop_trainer(PPOTrainer, tmp_path)
+        tr.args.save_steps = 1
+        pf = PromptFilter(history=active)
+        # each pass over the 6-prompt pool yields one batch, then the loader is exhausted
+        batches = iter([item for s in range(5) for item in ((rollout(s), None, 4, False), ([], None, 2, True))])
+        tr.samples_generator = SimpleNamespace(generate_samples=lambda b=batches, **kw: next(b),
+                                               prompt_filter=pf)
+        tr.prompts_dataloader = type("Loader", (), {"__len__": lambda self: 6, "state_dict": lambda self: {}})()
+        tr.eval_dataloader, tr.generate_kwargs = None, {"prompt_max_len": 8, "max_new_tokens": 8}
+        saved = []
+        tr.save_logs_and_checkpoints = lambda step, status, states, saved=saved: (
+            saved.append(states), metrics.append_metrics(step, status))
+        tr.fit()
+        rows = read_jsonl(tmp_path / f"m{active}" / metrics.METRICS_FILE)
+        if active:  # budget = 6 // 2 * 1 = 3 rollout steps, over passes 0, 1, 2
+            assert [r["global_step"] for r in rows] == [1, 2, 3]
+            assert [r["pool_pass"] for r in rows] == [0, 1, 2] and [s["episode"] for s in saved] == [0, 1, 2]
+            assert all("prompt_history" in s for s in saved)
+        else:
+            assert [r["global_step"] for r in rows] == [1] and "pool_pass" not in rows[0]
