@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from rft.io import atomic_write_json, sha256_file
+from rft.io import atomic_write_json, pid_alive, sha256_file
 from rft.mxfp4 import MXFP4, quant_method
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -211,16 +211,6 @@ def tmp_merge_dir(cache: Path, key: str) -> Path:
     return cache / f"{TMP_PREFIX}{key[:24]}-{os.getpid()}-{time.time_ns()}-{socket.gethostname()}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale_merges(cache: Path) -> list[Path]:
     """Delete temporary merge dirs left by merges on this host whose process is gone; returns them.
 
@@ -232,7 +222,7 @@ def sweep_stale_merges(cache: Path) -> list[Path]:
         parts = d.name[len(TMP_PREFIX) :].split("-", 3)
         if len(parts) != 4 or not parts[1].isdigit() or parts[3] != socket.gethostname():
             continue
-        if not _pid_alive(int(parts[1])):
+        if not pid_alive(int(parts[1])):
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed

@@ -33,6 +33,27 @@ from rft.monitor.logs import (
 from rft.monitor.stop import StopError, StopPlan, end_run, latest_checkpoint, newest_record, stop_verdict
 from rft.monitor.table import markdown_summary, markdown_table, rich_step_table, rich_verdict_table
 
+# The numeric knobs: flag, type, default, help (each help ends with the default).
+NUMERIC_FLAGS = (
+    ("--probe-size", int, DEFAULT_PROBE_SIZE, "problems in the OOD probe, sets the noise level of a drop"),
+    ("--stop-z", float, DEFAULT_Z, "a probe drop counts only if larger than this many standard errors"),
+    ("--smoke-steps", int, 6, "steps judged by the smoke tests"),
+    ("--window", int, 20, "last steps examined by the playbook diagnosis"),
+    ("--spike-grad-norm", float, 50.0, "grad_norm above this marks a spike (as the spike log)"),
+    ("--not-moving-kl", float, 5e-4, "median |kl| to the reference below this after 10 steps = barely moving"),
+    ("--judge-fail-warn", float, 0.2, "judge reward: warn when a step's judge failure rate (failed / asked) "
+     "exceeds this (stop when the last 3 steps all exceed --judge-fail-stop)"),
+    ("--judge-fail-stop", float, 0.5, "see --judge-fail-warn"),
+    ("--high-but-wrong-warn", float, 0.05, "warn when the share of wrong answers paid above their group exceeds "
+     "this"),
+    ("--uniform-share-warn", float, 0.5, "warn when the share of prompt groups with one reward for every sample "
+     "(zero advantage) exceeds this at each of the last 5 steps"),
+    ("--interval", float, 5.0, "seconds between --follow polls"),
+    ("--gpu-mem-warn", float, 0.95, "--follow: warn when a GPU's memory use exceeds this share"),
+    ("--gpu-idle-minutes", float, 5.0, "--follow: warn when every GPU sits at 0%% utilisation this long, a "
+     "possible deadlock"),
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI; every flag explained in --help."""
@@ -83,62 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
         "else the first eval_*_pass1)",
     )
     p.add_argument(
-        "--probe-size",
-        type=int,
-        default=DEFAULT_PROBE_SIZE,
-        help="problems in the OOD probe, sets the noise level of a drop (default: %(default)s)",
-    )
-    p.add_argument(
-        "--stop-z",
-        type=float,
-        default=DEFAULT_Z,
-        help="a probe drop counts only if larger than this many standard errors (default: %(default)s)",
-    )
-    p.add_argument(
-        "--smoke-steps", type=int, default=6, help="steps judged by the smoke tests (default: %(default)s)"
-    )
-    p.add_argument(
-        "--window",
-        type=int,
-        default=20,
-        help="last steps examined by the playbook diagnosis (default: %(default)s)",
-    )
-    p.add_argument(
-        "--spike-grad-norm",
-        type=float,
-        default=50.0,
-        help="grad_norm above this marks a spike (default: %(default)s, as the spike log)",
-    )
-    p.add_argument(
-        "--not-moving-kl",
-        type=float,
-        default=5e-4,
-        help="median |kl| to the reference below this after 10 steps = barely moving (default: %(default)s)",
-    )
-    p.add_argument(
-        "--judge-fail-warn",
-        type=float,
-        default=0.2,
-        help="judge reward: warn when a step's judge failure rate (failed / asked) exceeds this "
-        "(default: %(default)s; stop when the last 3 steps all exceed --judge-fail-stop)",
-    )
-    p.add_argument(
-        "--judge-fail-stop", type=float, default=0.5, help="see --judge-fail-warn (default: %(default)s)"
-    )
-    p.add_argument(
-        "--high-but-wrong-warn",
-        type=float,
-        default=0.05,
-        help="warn when the share of wrong answers paid above their group exceeds this (default: %(default)s)",
-    )
-    p.add_argument(
-        "--uniform-share-warn",
-        type=float,
-        default=0.5,
-        help="warn when the share of prompt groups with one reward for every sample (zero advantage) exceeds "
-        "this at each of the last 5 steps (default: %(default)s)",
-    )
-    p.add_argument(
         "--ckpt-path",
         default=os.environ.get("CKPT_PATH"),
         help="OpenRLHF --ckpt_path, to name the best checkpoint's directory (default: $CKPT_PATH)",
@@ -149,22 +114,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="path whose free space the live view shows; repeatable (default: $SAVE_PATH, "
         "$CKPT_PATH and the metrics directory)",
-    )
-    p.add_argument(
-        "--interval", type=float, default=5.0, help="seconds between --follow polls (default: %(default)s)"
-    )
-    p.add_argument(
-        "--gpu-mem-warn",
-        type=float,
-        default=0.95,
-        help="--follow: warn when a GPU's memory use exceeds this share (default: %(default)s)",
-    )
-    p.add_argument(
-        "--gpu-idle-minutes",
-        type=float,
-        default=5.0,
-        help="--follow: warn when every GPU sits at 0%% utilisation this long, a possible deadlock "
-        "(default: %(default)s)",
     )
     p.add_argument(
         "--end-on-stop",
@@ -178,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("RUN_RECORD_DIR"),
         help="where the run's run_record_*.json is (default: $RUN_RECORD_DIR, else the metrics directory)",
     )
+    for flag, kind, default, text in NUMERIC_FLAGS:
+        p.add_argument(flag, type=kind, default=default, help=f"{text} (default: %(default)s)")
     return p
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from rft.io import pid_alive
 from rft.train.lora_payload import LoraSyncError, check_same_targets, decode_payload
 
 # vLLM 0.15's LoRAConfig accepts these max_lora_rank values only.
@@ -107,23 +108,13 @@ class StagedAdapter:
     modules: int
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_dead_slots(base: Path) -> list[Path]:
     """Delete `rft-lora-PID-*` directories under `base` whose engine process is gone (killed runs leave them on
     /dev/shm, which is RAM); returns those removed."""
     removed = []
     for d in base.glob("rft-lora-*-*"):
         pid = d.name.split("-")[2]
-        if d.is_dir() and pid.isdigit() and not _pid_alive(int(pid)):
+        if d.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(d, ignore_errors=True)
             removed.append(d)
     return removed

@@ -16,14 +16,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("smoke-inputs")
-    subprocess.run([sys.executable, "-m", "rft.cpu.demo", str(out)], check=True, cwd=ROOT,
-                   env={**os.environ, "TORCHDYNAMO_DISABLE": "1", "OMP_NUM_THREADS": "1"})
-    return out
-
-
 def smoke(out_root: Path, inputs: Path, name: str, **extra: str) -> tuple[int, str]:
     """`SMOKE=1 bash train_grpo_cpu.sh` to the end: (exit status, its output)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "METRICS_", "SAMPLES_", "SPIKE_"))}

@@ -62,16 +62,6 @@ def series(rows: list[dict], key: str) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory) -> Path:
-    """The demo task's tiny Qwen2 (taught the answer format) and prompt sets, made once."""
-    out = tmp_path_factory.mktemp("cpu-inputs")
-    # as train_grpo_cpu.sh makes them (one thread: the same bytes as `make train`'s model)
-    subprocess.run([sys.executable, "-m", "rft.cpu.demo", str(out)], check=True, cwd=ROOT,
-                   env={**os.environ, "TORCHDYNAMO_DISABLE": "1", "OMP_NUM_THREADS": "1"})
-    return out
-
-
-@pytest.fixture(scope="module")
 def runs(tmp_path_factory, inputs) -> dict:
     """The demo run with the adapter sync, and the same run with it switched off (the ablation)."""
     out = tmp_path_factory.mktemp("cpu-runs")
