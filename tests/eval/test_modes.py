@@ -38,22 +38,13 @@ from rft.prompts import (
     render_prompt,
 )
 from rft.reward.exact_match import grade
+from tests.support.reward_files import load_file
 from tests.support.tiny_model import build_tiny_model, build_tokenizer, fabricate_lora_adapter
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_entry_point():
-    """The real eval_posthoc.py module, imported from the repository root."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("eval_posthoc", ROOT / "eval_posthoc.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-eval_posthoc = _load_entry_point()
+eval_posthoc = load_file(ROOT / "eval_posthoc.py", "eval_posthoc")
 QUESTIONS = [
     f"What is {a}+{b}?" for a, b in [(2, 3), (7, 6), (4, 9), (11, 5), (1, 1), (8, 12), (3, 14), (20, 0)]
 ]

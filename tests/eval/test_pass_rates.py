@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from test_modes import eval_posthoc
 
 from rft.eval.pass_rates import ROW_KEYS, PassRateConfig, compute_pass_rates
 from rft.io import atomic_write_jsonl, read_jsonl
 from rft.problems import problem_hash
 from rft.prompts import build_input
+from tests.support.reward_files import load_file
 from tests.support.tiny_model import build_tiny_model
+
+ROOT = Path(__file__).resolve().parents[2]
+eval_posthoc = load_file(ROOT / "eval_posthoc.py", "eval_posthoc")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Reward files (reward_func_*.py) loaded the way OpenRLHF loads --remote_rm_url."""
+"""Files loaded by path: reward files (reward_func_*.py) the way OpenRLHF loads --remote_rm_url, entry points."""
 
 from __future__ import annotations
 
@@ -7,9 +7,14 @@ from pathlib import Path
 from types import ModuleType
 
 
-def load_reward_module(path: Path | str) -> ModuleType:
-    """Load a reward file exactly as openrlhf/utils/agent.py (0.9.3) does: a fresh module named reward_func."""
-    spec = importlib.util.spec_from_file_location("reward_func", str(path))
+def load_file(path: Path | str, name: str) -> ModuleType:
+    """A Python file loaded by path as a fresh module `name` (a reward file, a top-level entry point)."""
+    spec = importlib.util.spec_from_file_location(name, str(path))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_reward_module(path: Path | str) -> ModuleType:
+    """Load a reward file exactly as openrlhf/utils/agent.py (0.9.3) does: a fresh module named reward_func."""
+    return load_file(path, "reward_func")

@@ -147,15 +147,15 @@ def test_passes_that_train_nothing_end_the_run():
     assert seen == [0, 1, 2, 3, 4, 5, 6] and done["steps"] == 2
 
 
-def test_the_patched_fit_loop_runs_the_step_budget_over_several_passes(patched_openrlhf, tmp_path, monkeypatch):  # noqa: F811
+def test_the_patched_fit_loop_runs_the_step_budget_over_several_passes(patched_openrlhf, tmp_path, monkeypatch):
     """The real patched PPOTrainer.fit with the history on: the sample generator's passes end early (prompts
     skipped or dropped), and the loop starts further passes until the scheduled 3 rollout steps are done, with
     the history in every checkpoint's client_states; off, 0.9.3's one episode of 1 step."""
     from openrlhf.trainer.ppo_trainer import PPOTrainer
-    from test_metrics import loop_trainer, rollout
 
     from rft.io import read_jsonl
     from rft.train import metrics
+    from tests.train.trainer_standins import loop_trainer, rollout
 
     monkeypatch.setattr("ray.get", lambda refs: refs)
     for active in (True, False):
