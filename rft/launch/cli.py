@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -174,6 +175,9 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
     print(command, flush=True)
     if os.environ.get("RFT_LAUNCH_NO_EXEC") == "1":  # tests of the workflow stop here
         return 0
+    # the launch scripts run this as a background job of a non-interactive shell (rft_run_forwarding), which
+    # starts with SIGINT ignored; the driver gets it back, so `monitor.sh --end-on-stop` can interrupt it
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.execvp(prefix[0], prefix + rest)
     return 0  # not reached
 

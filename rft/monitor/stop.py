@@ -3,7 +3,7 @@
 The run stays resumable (the DeepSpeed checkpoint the run waited for is complete; relaunching the same command
 resumes from it) and the reason goes into the run record (`stopped_by_monitor`). The driver to end is the
 process the run record names (`driver_pid`: the launcher execs OpenRLHF's driver in the same process); it gets
-SIGINT, OpenRLHF's driver exits and Ray ends the run's actors with it.
+SIGINT (SIGTERM where it ignores SIGINT), OpenRLHF's driver exits and Ray ends the run's actors with it.
 """
 
 from __future__ import annotations
@@ -93,22 +93,36 @@ def driver_pid(record: dict) -> int:
     return pid
 
 
+def ignores_sigint(pid: int) -> bool:
+    """Whether the process ignores SIGINT (a background job of a non-interactive shell starts so)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    except OSError:
+        pass
+    return False
+
+
 def end_run(record_path: Path, plan: StopPlan, ckpt_step: int, timeout: float = 120.0) -> dict:
-    """Write the reason into the run record, SIGINT the driver, SIGTERM it if still there after `timeout`."""
+    """Write the reason into the run record, SIGINT the driver (SIGTERM if it ignores SIGINT), SIGTERM it if
+    still there after `timeout`."""
     record = json.loads(record_path.read_text(encoding="utf-8"))
     pid = driver_pid(record)
+    sig = signal.SIGTERM if ignores_sigint(pid) else signal.SIGINT
     entry = {
         "reason": plan.reason,
         "step": plan.seen_at,
         "checkpoint": f"global_step{ckpt_step}",
         "resume": "relaunch the same command: it resumes from this checkpoint (RESUME=1)",
         "driver_pid": pid,
+        "signal": sig.name,
         "at_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     record["stopped_by_monitor"] = entry
     atomic_write_json(record_path, record)
     try:
-        os.kill(pid, signal.SIGINT)
+        os.kill(pid, sig)
     except ProcessLookupError:  # it ended by itself meanwhile
         return entry
     deadline = time.monotonic() + timeout

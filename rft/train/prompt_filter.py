@@ -11,6 +11,8 @@ Called by `prompt_filter.patch` from OpenRLHF 0.9.3's `SamplesGenerator` and `PP
   probabilistic skip): an easy prompt is rarely re-rolled but never retired for good, so a prompt the policy
   unlearns, or a hard one it starts to solve, comes back. The draw is a hash of (seed, prompt, appearances),
   so a resumed run skips exactly what the interrupted one would have; the records travel in the checkpoint.
+- **Carry**: when a pass runs out before a batch is full, the groups accepted so far start the next pass's
+  first batch (0.9.3 drops them); they live in memory only, so a resume rolls those prompts out again.
 - **Step budget**: filtering and skipping take more prompts per step, so a pass over the pool yields fewer
   steps. With either on, the run does the steps the LR schedule was built for (`pool // rollout_batch_size *
   num_episodes` rollout steps, the LR preflight's model) and starts another pass over the pool as needed.
@@ -89,6 +91,8 @@ class PromptFilter:
     filtered: int = 0
     rolled_out: int = 0
     passes: int = 0
+    carry: list = field(default_factory=list)  # accepted samples of a batch the last pass could not fill
+    carried: int = 0
 
     def __post_init__(self) -> None:
         if self.key not in KEYS:
@@ -175,11 +179,24 @@ class PromptFilter:
         self.filtered += 1
         return []
 
+    # ------------------------------------------------------------ across passes
+
+    def keep_carry(self, experiences: list) -> None:
+        """Keep the accepted samples of a batch the pass ran out before filling (0.9.3 drops them)."""
+        self.carry = list(experiences)
+
+    def take_carry(self) -> list:
+        """The kept samples, to start the next batch with (then none are kept)."""
+        out, self.carry = self.carry, []
+        self.carried = len(out)
+        return out
+
     # ------------------------------------------------------------ metrics and checkpoint
 
     def step_metrics(self, accepted_prompts: int) -> dict[str, float]:
         """The step's counters (then reset): prompts skipped before rollout, dropped after it, rolled-out
-        prompts per accepted one, prompts with a uniform streak, passes over the pool started."""
+        prompts per accepted one, prompts with a uniform streak, passes over the pool started, samples carried
+        over from the last pass's unfilled batch."""
         if not self.active:
             return {}
         out = {
@@ -188,8 +205,9 @@ class PromptFilter:
             "prompts_per_accepted": self.rolled_out / accepted_prompts if accepted_prompts else math.nan,
             "prompts_uniform_known": float(sum(1 for r in self.records.values() if r[0] > 0)),
             "pool_pass": float(self.passes),
+            "samples_carried": float(self.carried),
         }
-        self.skipped = self.filtered = self.rolled_out = 0
+        self.skipped = self.filtered = self.rolled_out = self.carried = 0
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -225,3 +243,7 @@ def passes(start: int, num_episodes: int, budget: int, done: Callable[[], int], 
         yield p
         idle = idle + 1 if done() == before else 0
         p += 1
+    if done() < budget:
+        print(f"rft prompt filter: the run ends at rollout step {done()} of {budget}: {IDLE_PASSES} passes over the "
+              "pool in a row trained nothing (every prompt skipped or dropped; the LR did not reach its floor)",
+              flush=True)

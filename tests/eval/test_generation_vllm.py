@@ -21,7 +21,8 @@ from tests.support.vllm_engine import CPU_ENV
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[2]
-QUESTIONS = [f"What is {a}+{b}?" for a, b in [(2, 3), (7, 6), (4, 9), (11, 5)]]
+PAIRS = [(2, 3), (7, 6), (4, 9), (11, 5)]
+QUESTIONS = [f"What is {a}+{b}?" for a, b in PAIRS]
 MODES = ("greedy_pass@1", "sampling_pass@8", "nondet_proxy_pass@8")
 
 
@@ -29,10 +30,10 @@ MODES = ("greedy_pass@1", "sampling_pass@8", "nondet_proxy_pass@8")
 def world(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("eval-vllm")
     base = build_tiny_model(root / "base", hidden_size=VLLM_HIDDEN, train_steps=30)
-    adapter = fabricate_lora_adapter(base, root / "adapter", seed=3, scale=0.05)
+    adapter = fabricate_lora_adapter(base, root / "adapter", seed=3, scale=0.3)
     dataset = root / "tiny.jsonl"
-    dataset.write_text("".join(json.dumps({"input": build_input(q), "label": str(eval(q[8:-1]))}) + "\n"
-                               for q in QUESTIONS))
+    dataset.write_text("".join(json.dumps({"input": build_input(q), "label": str(a + b)}) + "\n"
+                               for q, (a, b) in zip(QUESTIONS, PAIRS, strict=True)))
     return {"root": root, "base": base, "adapter": adapter, "dataset": dataset}
 
 

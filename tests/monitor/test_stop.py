@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from rft.monitor.diagnosis import STOP, WARN, Verdict
-from rft.monitor.stop import StopError, StopPlan, driver_pid, latest_checkpoint, stop_verdict
+from rft.monitor.stop import (
+    StopError,
+    StopPlan,
+    driver_pid,
+    end_run,
+    ignores_sigint,
+    latest_checkpoint,
+    stop_verdict,
+)
 from tests.monitor.metric_logs import write_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,6 +110,31 @@ def test_follow_end_on_stop_waits_for_the_checkpoint_then_ends_the_driver(tmp_pa
         and entry["reason"].startswith("OOD probe early stopping: eval_ood_pass1 fell twice")
     )
     assert "relaunch" in entry["resume"] and json.loads(record.read_text())["command"] == ["x"]
+
+
+def test_a_driver_that_ignores_sigint_gets_sigterm_at_once(tmp_path):
+    """A background job of a non-interactive shell (how the launch scripts run the driver) ignores SIGINT: the
+    monitor sees it and sends SIGTERM, instead of waiting out the SIGINT timeout."""
+    import signal
+    import socket
+
+    shell = subprocess.Popen(
+        ["bash", "-c", '"$@" & echo $!; wait $!', "bash", sys.executable, "-c", "import time; time.sleep(300)",
+         "openrlhf.cli.train_ppo_ray"], stdout=subprocess.PIPE, text=True)
+    try:
+        pid, deadline = int(shell.stdout.readline()), time.time() + 30
+        while not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(sys.executable.encode()):  # exec'd
+            assert time.time() < deadline
+            time.sleep(0.05)
+        assert ignores_sigint(pid) and not ignores_sigint(os.getpid())
+        record = tmp_path / "run_record_20261123T000000Z.json"
+        record.write_text(json.dumps({"driver_pid": pid, "host": socket.gethostname()}))
+        entry = end_run(record, StopPlan(seen_at=3, reason="r"), 4, timeout=600)
+        assert entry["signal"] == "SIGTERM" and json.loads(record.read_text())["stopped_by_monitor"] == entry
+        assert shell.wait(timeout=30) == 128 + signal.SIGTERM  # the driver is gone, bash's wait reports how
+    finally:
+        if shell.poll() is None:
+            shell.kill()
 
 
 def test_without_the_opt_in_follow_only_reports(tmp_path):

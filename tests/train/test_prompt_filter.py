@@ -136,15 +136,18 @@ def test_the_run_does_the_scheduler_steps_the_preflight_models(keep_rate):
         assert s.lr_after(off * s.steps_per_rollout) > 3e-6
 
 
-def test_passes_that_train_nothing_end_the_run():
+def test_passes_that_train_nothing_end_the_run(capsys):
     done = {"steps": 0}
     assert list(passes(0, 3, 10, lambda: done["steps"], True)) == [0, 1, 2]  # IDLE_PASSES in a row
+    assert "ends at rollout step 0 of 10: 3 passes over the pool in a row trained nothing" in capsys.readouterr().out
     trained = iter([1, 0, 0, 1, 0, 0, 0])  # steps each pass trains; an idle pass alone does not end the run
     seen = []
     for p in passes(0, 1, 10, lambda: done["steps"], True):
         seen.append(p)
         done["steps"] += next(trained)
     assert seen == [0, 1, 2, 3, 4, 5, 6] and done["steps"] == 2
+    assert "ends at rollout step 2 of 10" in capsys.readouterr().out
+    assert list(passes(0, 1, 0, lambda: 0, True)) == [] and capsys.readouterr().out == ""  # the budget reached
 
 
 def test_the_patched_fit_loop_runs_the_step_budget_over_several_passes(patched_openrlhf, tmp_path, monkeypatch):
@@ -182,3 +185,37 @@ def test_the_patched_fit_loop_runs_the_step_budget_over_several_passes(patched_o
             assert all("prompt_history" in s for s in saved)
         else:
             assert [r["global_step"] for r in rows] == [1] and "pool_pass" not in rows[0]
+
+
+def test_a_batch_the_pass_cannot_fill_carries_into_the_next_pass(patched_openrlhf, monkeypatch):
+    """The real patched SamplesGenerator._generate_vllm, vLLM replaced by groups decided by the prompt: a pass
+    whose one teaching prompt cannot fill a batch of 2 keeps its group and the next pass completes the batch
+    (0.9.3 drops it: no pass ever trains); a full batch trains even when the pass ends with it."""
+    from openrlhf.trainer.ppo_utils.experience_maker import SamplesGenerator
+
+    pool = [("teach", "7"), ("easy", "3"), ("hard", "42")]
+    rewards = {"teach": [1, 0], "easy": [1, 1], "hard": [0, 0]}
+    monkeypatch.setattr("ray.wait", lambda refs, **kw: (refs[:1], refs[1:]))
+    monkeypatch.setattr("ray.get", lambda ref: ref)
+
+    def generator(pf):
+        gen = object.__new__(SamplesGenerator)
+        gen.args = SimpleNamespace(n_samples_per_prompt=2, dynamic_filtering_reward_range=(0, 1))
+        gen._dispatch_prompts_to_vllm = lambda ps, ls, **kw: [group(p, rewards[p]) for p in ps]
+        gen._process_response_into_experience = lambda response, **kw: response
+        return gen
+
+    def one_pass(gen, pf):
+        loader = iter([(None, [p], [lab]) for p, lab in pool])
+        return gen._generate_vllm(dataloader_iter=loader, num_prompts=2, dynamic_filtering=True, prompt_filter=pf)
+
+    pf = PromptFilter(dynamic_filtering=True)
+    gen = generator(pf)
+    batch, consumed, exhausted = one_pass(gen, pf)
+    assert (batch, consumed, exhausted) == ([], 3, True) and len(pf.carry) == 2  # teach's group kept
+    batch, consumed, exhausted = one_pass(gen, pf)
+    assert [e.prompts[0] for e in batch] == ["teach"] * 4 and not exhausted and consumed == 1
+    assert pf.carry == [] and pf.step_metrics(2)["samples_carried"] == 2
+
+    off = SimpleNamespace(active=False)  # 0.9.3's own path: the unfilled batch is dropped every pass
+    assert one_pass(generator(off), off)[0] == [] and one_pass(generator(off), off)[0] == []
