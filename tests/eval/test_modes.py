@@ -233,28 +233,34 @@ def world(tmp_path_factory) -> dict:
     """Tiny format-trained base, a LoRA adapter on it, and a dataset labelled from their greedy answers."""
     root = tmp_path_factory.mktemp("eval-world")
     base = build_tiny_model(root / "base", train_steps=80)
-    adapter = fabricate_lora_adapter(base, root / "adapter", seed=3, scale=0.08)
     kwargs = chat_template_kwargs("medium", DEFAULT_CHAT_DATE)
     inputs = [build_input(q) for q in QUESTIONS]
-    greedy = {}
-    for name, path in (
-        ("base", base),
-        ("lora", resolve_model(adapter, merged_dir=root / "probe-cache", dtype="float32")[0]),
-    ):
+
+    def greedy_answers(path) -> list:
         backend = HFBackend(path, dtype="float32", batch_size=8)
         reqs = [
             Request(str(i), 0, tuple(encode_prompt(backend.tokenizer, x, **kwargs)), 0.0, 1.0, MAX_TOKENS, 0)
             for i, x in enumerate(inputs)
         ]
-        greedy[name] = [grade(c.text, "0", finished=c.finished).answer for c in backend.generate(reqs)]
-    b, lo = greedy["base"], greedy["lora"]
-    broken = [i for i in range(len(inputs)) if b[i] is not None and b[i].isdigit() and lo[i] != b[i]][:1]
-    fixed = [
-        i
-        for i in range(len(inputs))
-        if lo[i] is not None and lo[i].isdigit() and lo[i] != b[i] and i not in broken
-    ][:2]
-    assert len(broken) == 1 and len(fixed) == 2, f"the adapter should change some greedy answers: {greedy}"
+        return [grade(c.text, "0", finished=c.finished).answer for c in backend.generate(reqs)]
+
+    b = greedy_answers(base)
+    tried = {}
+    # the first adapter (seed, scale) that breaks one greedy answer and changes two others to digits: how far a
+    # fixed one moves the tiny model's argmax varies with the base's training, so a few are tried in a fixed order
+    for seed, scale in [(seed, scale) for scale in (0.08, 0.1, 0.12) for seed in range(3, 11)]:
+        adapter = fabricate_lora_adapter(base, root / f"adapter-{seed}-{scale}", seed=seed, scale=scale)
+        lo = greedy_answers(resolve_model(adapter, merged_dir=root / "probe-cache", dtype="float32")[0])
+        tried[(seed, scale)] = lo
+        broken = [i for i in range(len(inputs)) if b[i] is not None and b[i].isdigit() and lo[i] != b[i]][:1]
+        fixed = [
+            i
+            for i in range(len(inputs))
+            if lo[i] is not None and lo[i].isdigit() and lo[i] != b[i] and i not in broken
+        ][:2]
+        if len(broken) == 1 and len(fixed) == 2:
+            break
+    assert len(broken) == 1 and len(fixed) == 2, f"no adapter changes enough greedy answers: base {b}, {tried}"
     labels = ["100000"] * len(inputs)
     labels[broken[0]] = b[broken[0]]  # base right, lora wrong
     for i in fixed:
@@ -262,6 +268,7 @@ def world(tmp_path_factory) -> dict:
     dataset = write_jsonl(
         root / "tiny.jsonl", [{"input": x, "label": y} for x, y in zip(inputs, labels, strict=True)]
     )
+    greedy = {"base": b, "lora": lo}
     solved = {m: [greedy[m][i] == labels[i] for i in range(len(inputs))] for m in greedy}
     return {"root": root, "base": base, "adapter": adapter, "dataset": dataset, "solved": solved}
 
