@@ -24,9 +24,25 @@ LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "VLLM_HOST_IP": "127.0
 
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on 127.0.0.1: all bound at once, so the kernel cannot hand one out twice
+    (Ray refuses a node whose components share a port)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def port_flags(flags: list[str]) -> list[str]:
+    """Each flag followed by a port of its own: [flag1, port1, flag2, port2, ...]."""
+    return [x for flag, port in zip(flags, free_ports(len(flags)), strict=True) for x in (flag, str(port))]
 
 
 # Ray's fixed defaults (Ray 2.48: client server 10001, dashboard agent 52365, workers 10002-19999) are the same
@@ -70,9 +86,7 @@ def worker_window(rng: random.Random | None = None, tries: int = 50) -> tuple[in
 
 def start_command(temp_dir: str, num_gpus: int, num_cpus: int) -> list[str]:
     """`ray start --head` on 127.0.0.1 with ports of its own (see SINGLE_PORTS)."""
-    ports: list[str] = []
-    for flag in single_port_flags():
-        ports += [flag, str(free_port())]
+    ports = port_flags(single_port_flags())
     first, last = worker_window()
     return [
         os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", "--node-ip-address", "127.0.0.1",
@@ -103,9 +117,7 @@ def join_command(address: str, num_gpus: int, num_cpus: int) -> list[str]:
     Ray 2.48 takes the temp dir from the head (`--temp-dir` is head-only); the second raylet's sockets and logs
     get names of their own inside the head's session directory.
     """
-    ports: list[str] = []
-    for flag in JOIN_PORTS:
-        ports += [flag, str(free_port())]
+    ports = port_flags(JOIN_PORTS)
     first, last = worker_window()
     return [
         sys.executable, "-c", JOIN_CLI, "start", "--address", address,

@@ -39,6 +39,11 @@ def test_worker_window_is_free_and_below_the_ephemeral_range():
     assert other != (first, last) and not other[0] <= first + 7 <= other[1]
 
 
+def test_free_ports_are_distinct_and_free():
+    ports = local_ray.free_ports(64)  # one at a time, the kernel may hand the same port out twice
+    assert len(set(ports)) == 64 and all(local_ray.port_is_free(p) for p in ports)
+
+
 def test_start_command_gives_every_port_flag_its_own_value():
     cmd = local_ray.start_command("/tmp/x", 4, 8)
     flags = local_ray.single_port_flags()
