@@ -5,7 +5,7 @@ Example:
   python eval_posthoc.py --model base=/mnt/scratch/hf/gpt-oss-20b \\
       --model a30_s130=/mnt/data/rft_checkpoints/gpt-oss-20b-grpo-a30/global_step130_hf \\
       --dataset aime --dataset ood --mode greedy_pass@1 --mode sampling_pass@8 --run-dir runs/eval_a30
-  python eval_posthoc.py --model base=openai/gpt-oss-20b --dataset data/sft_rl_pool.jsonl \
+  python eval_posthoc.py --model base=openai/gpt-oss-20b --dataset data/sft_rl_pool.jsonl \\
       --pass-rates data/pass_rates.jsonl --run-dir runs/pass_rates     # the RL pool's difficulty, resumable
 """
 
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         models = [parse_named(m, "--model") for m in args.model]
         if args.pass_rates:
-            return pass_rates_main(args, models, backend_factory)
+            return pass_rates_main(args, models, backend_factory, cfg)
         summary = run_evaluation(
             models,
             args.dataset or ["aime"],
@@ -233,8 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def pass_rates_main(args, models: list[tuple[str, str]], backend_factory) -> int:
-    """The --pass-rates job: one model over one pool, chunked and cached under --run-dir."""
+def pass_rates_main(args, models: list[tuple[str, str]], backend_factory, eval_cfg: EvalConfig) -> int:
+    """The --pass-rates job: one model over one pool, chunked and cached under --run-dir (`eval_cfg` checks and
+    resolves --chat-date, so the cache key records the date the template writes)."""
     from rft.eval.merge import model_identity, resolve_model
     from rft.eval.modes import resolve_dataset
     from rft.eval.pass_rates import PassRateConfig, compute_pass_rates
@@ -249,15 +250,17 @@ def pass_rates_main(args, models: list[tuple[str, str]], backend_factory) -> int
         chunk_size=args.chunk_size,
         seed=args.seed,
         reasoning_effort=args.reasoning_effort,
-        chat_date=args.chat_date,
+        chat_date=eval_cfg.resolved_chat_date(),
     )
+    eval_cfg.template_kwargs()  # a malformed --chat-date is refused before any model loads
 
     def resolve(p):
         return resolve_model(p, base=args.base, merged_dir=args.merged_dir, dtype=args.merge_dtype,
-                             dequantize=not args.no_dequantize)[0]  # fmt: skip
+                             dequantize=not args.no_dequantize, download=args.download)[0]  # fmt: skip
 
     compute_pass_rates(path, pool, args.pass_rates, run_dir=args.run_dir, cfg=cfg, backend_factory=backend_factory,
-                       resolve=resolve, identity=model_identity(path, args.base), limit=args.limit)  # fmt: skip
+                       resolve=resolve, identity=model_identity(path, args.base, args.download),
+                       limit=args.limit)  # fmt: skip
     return 0
 
 

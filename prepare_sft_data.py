@@ -14,17 +14,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from rft.data.pass_band import (
-    BAND_FILE,
-    DEFAULT_BAND,
-    ORDERS,
-    BandConfig,
-    band_markdown,
-    band_pool,
-    read_pass_rates,
-)
-from rft.data.pipeline import PROBE_ID_MODES, DataConfig, Inputs, prepare, write_outputs
-from rft.data.report import build_report, print_report, render_markdown
+from rft.data.pass_band import DEFAULT_BAND, ORDERS, BandConfig, band_pool, read_pass_rates
+from rft.data.pipeline import BAND_FILE, PROBE_ID_MODES, DataConfig, Inputs, prepare, write_outputs
+from rft.data.report import band_markdown, build_report, print_report, render_markdown
 from rft.data.sources import DataError
 from rft.data.verify import print_checks, verify
 
@@ -208,22 +200,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         result = prepare(inputs, cfg)
-        band_md = ""
+        band_report = None
         if args.pass_rates:
             band_cfg = BandConfig(args.pass_rates, *args.pass_band, order=args.pass_order)
             rows, band_report = band_pool(result.files["sft_rl_pool.jsonl"], read_pass_rates(args.pass_rates), band_cfg)
             result.files[BAND_FILE] = rows
-            band_md = band_markdown(band_report)
     except DataError as e:
         Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         return 1
     report = build_report(result)
-    if band_md:
+    if band_report:
         report["pass_band"] = band_report
-    write_outputs(result, args.out_dir, render_markdown(report) + ("\n" + band_md if band_md else ""), report)
+    write_outputs(result, args.out_dir, render_markdown(report), report)
     print_report(report, console)
-    if band_md:
-        console.print(band_md, highlight=False)
+    if band_report:
+        console.print(band_markdown(band_report), highlight=False)
     console.print(
         f"wrote {len(result.files)} data files, REPORT.md, report.json and MANIFEST.json to {args.out_dir}"
     )

@@ -278,7 +278,7 @@ def run_local(args: argparse.Namespace, job: list[str] | None, socket_name: str,
     runner = JobRunner(REPO_ROOT, socket_name=socket_name)
     where = socket.gethostname()
     if args.cmd == "watch":
-        return run_watch(args, job or [], LocalTarget(runner))
+        return run_watch(args, job or [], LocalTarget(runner, dict(cfg.env)))
     if args.cmd == "run":
         info = runner.start(args.name, job or [], env=job_variables(cfg, args.env))
         print(f"started job {info.name} on {where}: log {info.log}")

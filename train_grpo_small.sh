@@ -47,7 +47,7 @@ EVAL_DATA="${EVAL_DATA:-$DEFAULT_EVAL}"
 REWARD_FUNC="${REWARD_FUNC:-$(rft_reward_func)}"
 # The trl preset pays the guide's signed reward: +1 correct, -1 wrong, -0.5 no answer (RFT_REWARD_SCHEME wins).
 [[ "$PRESET" == trl ]] && export RFT_REWARD_SCHEME="${RFT_REWARD_SCHEME:-signed}"
-RUN_NAME="${RUN_NAME:-small-grpo-$DATASET-$PRESET}"
+RUN_NAME="$(rft_run_name "${RUN_NAME:-small-grpo-$DATASET-$PRESET}")"   # SMOKE=1: ...-smoke
 rft_local_storage "$RUN_NAME"  # runs/$RUN_NAME/{metrics,samples} (OUT_ROOT); the model and checkpoints beside
 SAVE_PATH="${SAVE_PATH:-$RUN_DIR/model}"
 CKPT_PATH="${CKPT_PATH:-$RUN_DIR/ckpt}"

@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
 from rft.io import atomic_write_text
+from rft.launch.record import branch_attempt, newest_record
+from rft.provenance import REPO_ROOT, git
 
 BEGIN = "<!-- rft:attempt-record begin: written by `python -m rft.attempt`; edits inside are replaced -->"
 END = "<!-- rft:attempt-record end -->"
@@ -90,8 +90,8 @@ def run_summary(metrics_dir: Path) -> tuple[str, dict]:
     log = read_metrics(metrics_dir)
     spikes, _ = read_spikes(spike_log_path(metrics_dir))
     verdicts = diagnose(log, spikes)
-    steps = log.steps()
-    reward = [v for _, v in log.series("reward")] or [v for _, v in log.series("reward_mean")]
+    steps = log.train_steps()
+    reward = log.values("reward_mean")
     worst = [v for v in verdicts if v.status in ("FAIL", "STOP")]
     facts = {
         "steps": f"{steps[0]}-{steps[-1]}" if steps else "none",
@@ -99,12 +99,6 @@ def run_summary(metrics_dir: Path) -> tuple[str, dict]:
         "stop": "; ".join(f"{v.status} {v.check}" for v in worst) or "no FAIL/STOP verdict",
     }
     return markdown_summary(log, verdicts), facts
-
-
-def newest_run_record(metrics_dir: Path) -> dict:
-    """The newest run_record_*.json of the run, {} when there is none."""
-    records = sorted(metrics_dir.glob("run_record_*.json"))
-    return json.loads(records[-1].read_text(encoding="utf-8")) if records else {}
 
 
 def checkpoint_part(run_dir: Path | None) -> tuple[str, str]:
@@ -144,20 +138,6 @@ def build_block(nn: str, record: dict, summary_md: str, ckpt_md: str, stop: dict
     return "\n".join(lines)
 
 
-def git_branch(repo: Path) -> str:
-    """The current branch name ('' outside git)."""
-    proc = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "--abbrev-ref", "HEAD"], capture_output=True, text=True
-    )
-    return proc.stdout.strip() if proc.returncode == 0 else ""
-
-
-def attempt_from_branch(branch: str) -> str | None:
-    """NN of a branch `attempt-NN-desc`."""
-    m = re.match(r"^attempt-(\d{2,3})-", branch)
-    return m.group(1) if m else None
-
-
 def write_record(
     repo: Path, nn: str, metrics_dir: Path, checkpoints: Path | None, log_path: Path | None = None
 ) -> tuple[Path, Path]:
@@ -165,7 +145,8 @@ def write_record(
     note = find_note(repo, nn)
     research = log_path or repo / "rl_grpo_research.md"
     summary_md, facts = run_summary(metrics_dir)
-    record = newest_run_record(metrics_dir)
+    path = newest_record(metrics_dir)
+    record = json.loads(path.read_text(encoding="utf-8")) if path else {}
     ckpt_md, best = checkpoint_part(checkpoints)
     stop = record.get("stopped_by_monitor")
     block = build_block(nn, record, summary_md, ckpt_md, stop)
@@ -183,8 +164,6 @@ def write_record(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rft.provenance import REPO_ROOT
-
     p = argparse.ArgumentParser(prog="python -m rft.attempt", description=__doc__.splitlines()[0])
     p.add_argument("attempt", nargs="?", help="NN (default: from the branch attempt-NN-desc)")
     p.add_argument(
@@ -203,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = p.parse_args(argv)
     repo = Path(a.repo)
-    nn = a.attempt or attempt_from_branch(git_branch(repo))
+    nn = a.attempt or branch_attempt(git(repo, "rev-parse", "--abbrev-ref", "HEAD", check=False))
     if not nn:
         p.error("no attempt number: pass NN or run on a branch attempt-NN-desc")
     if not a.metrics:

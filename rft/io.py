@@ -1,4 +1,4 @@
-"""Small file helpers shared by every tool: atomic writes, JSONL reading, hashing."""
+"""Small helpers shared by every tool: atomic writes, JSONL reading, hashing, argv flags, live processes."""
 
 from __future__ import annotations
 
@@ -76,6 +76,15 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The token after the last `flag` in `argv` (argparse's rule: a later flag wins, so "$@" overrides the
+    recipe), None when the flag is absent or last."""
+    for i in range(len(argv) - 2, -1, -1):
+        if argv[i] == flag:
+            return argv[i + 1]
+    return None
 
 
 def pid_alive(pid: int) -> bool:

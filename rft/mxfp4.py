@@ -230,6 +230,10 @@ def copy_into_zero3(
 # ---------------------------------------------------------------- offline conversion
 
 
+SKIPPED_WEIGHT_COPIES = ["original/*", "metal/*"]
+"""What a download of a gpt-oss repo leaves out: weight copies for other runtimes that nothing here reads."""
+
+
 def resolve_local(path: str) -> Path:
     """A local directory for `path` (a hub id is resolved through the Hugging Face cache / download)."""
     p = Path(path).expanduser()
@@ -237,8 +241,7 @@ def resolve_local(path: str) -> Path:
         return p
     from huggingface_hub import snapshot_download
 
-    # gpt-oss repos also hold original/ and metal/ weight copies that the conversion does not read
-    return Path(snapshot_download(repo_id=path, ignore_patterns=["original/*", "metal/*"]))
+    return Path(snapshot_download(repo_id=path, ignore_patterns=SKIPPED_WEIGHT_COPIES))
 
 
 def _weight_map(src: Path) -> dict[str, str]:

@@ -21,9 +21,12 @@ import sys
 import time
 from pathlib import Path
 
+from rft.io import atomic_write_json, flag_value
+from rft.monitor.diagnosis import Thresholds
+
 SMOKE_STEPS = 3
 SMOKE_LR = 1e-4  # LoRA: one Adam step at 1e-4 moves a bf16 merge visibly (docs/launching.md#smoke-mode)
-KL_BOUND = 0.05  # |vllm_kl| after a sync (docs/launching.md#smoke-mode: the monitor's FAIL line)
+KL_BOUND = Thresholds().vllm_kl_fail  # |vllm_kl| after a sync: the monitor's FAIL line (docs/launching.md#smoke-mode)
 PROBE_MIN_MOVE = 1e-3  # mean |Δ log-prob| per probe token after the first update
 PROBE_TEXT = (
     "Problem: Find the remainder when 2^10 is divided by 7. Put the final answer in \\boxed{}.\n"
@@ -32,20 +35,13 @@ PROBE_TEXT = (
 GPU_FILE = "smoke_gpu_memory.json"
 
 
-def _flag_value(tokens: list[str], flag: str) -> str | None:
-    for i, t in enumerate(tokens[:-1]):
-        if t == flag:
-            return tokens[i + 1]
-    return None
-
-
 def smoke_flags(tokens: list[str], steps: int | None = None, lr: float | None = None) -> list[str]:
     """The recipe's flags with the smoke run's appended (later flags win in the launcher) and no resume.
 
     Steps: SMOKE_STEPS (default 3); LR: SMOKE_LR, default the larger of the recipe's and 1e-4."""
     steps = steps or int(os.environ.get("SMOKE_STEPS") or SMOKE_STEPS)
-    rbs = int(_flag_value(tokens, "--rollout_batch_size") or 8)
-    recipe_lr = float(_flag_value(tokens, "--actor_learning_rate") or 0)
+    rbs = int(flag_value(tokens, "--rollout_batch_size") or 8)
+    recipe_lr = float(flag_value(tokens, "--actor_learning_rate") or 0)
     env_lr = os.environ.get("SMOKE_LR")
     lr = lr if lr is not None else float(env_lr) if env_lr else max(recipe_lr, SMOKE_LR)
     out = [t for t in tokens if t != "--load_checkpoint"]
@@ -163,9 +159,7 @@ def sample_gpu(out: Path, interval: float = 2.0) -> None:
             if pid.isdigit() and mem.replace(".", "").isdigit():
                 role = role_of(int(pid))
                 peaks[role] = max(peaks.get(role, 0.0), float(mem))
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(peaks))
-        os.replace(tmp, out)
+        atomic_write_json(out, peaks)
         time.sleep(interval)
 
 

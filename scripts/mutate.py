@@ -219,8 +219,8 @@ def summarize(report: list[dict], equivalents: dict[str, str], console: Console)
     modules = {r["module"] for r in report}
     stale = [k for k in equivalents if k not in seen and any(k.startswith(p) for p in _prefixes(modules))]
     if stale:
-        console.print(f"[yellow]docs/mutation.md lists {len(stale)} equivalent mutants that no longer exist "
-                      f"(renumbered after an edit?): {', '.join(stale)}[/yellow]")  # fmt: skip
+        console.print(f"[yellow]docs/mutation.md lists {len(stale)} equivalent mutants that match no mutant of this run "
+                      f"(renumbered by an edit?): {', '.join(stale)}[/yellow]")  # fmt: skip
 
 
 def _prefixes(modules: set[str]) -> list[str]:

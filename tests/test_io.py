@@ -54,3 +54,11 @@ def test_line_numbers_count_blank_lines(tmp_path):
     p = tmp_path / "r.jsonl"
     p.write_text('{"a": 1}\n\n{"a": 2}\n')
     assert list(io.iter_jsonl_lines(p)) == [(1, {"a": 1}), (3, {"a": 2})]
+
+
+def test_flag_value_is_the_last_occurrence_as_argparse_reads_it():
+    from rft.io import flag_value
+
+    argv = ["--rollout_batch_size", "8", "--lr", "1e-6", "--rollout_batch_size", "64"]  # "$@" after the recipe
+    assert flag_value(argv, "--rollout_batch_size") == "64" and flag_value(argv, "--lr") == "1e-6"
+    assert flag_value(argv, "--absent") is None and flag_value(["--ckpt_path"], "--ckpt_path") is None

@@ -18,7 +18,6 @@ from rft.data.sources import DataError
 from rft.io import read_jsonl
 from rft.problems import problem_hash
 
-BAND_FILE = "sft_rl_pool_band.jsonl"
 ORDERS = ("pool", "easy-first")
 DEFAULT_BAND = (0.01, 0.99)
 """Inclusive bounds: with any n <= 99 samples this drops exactly the never- and always-solved problems."""
@@ -80,22 +79,3 @@ def band_pool(pool: Sequence[dict], rates: dict[str, float], cfg: BandConfig) ->
     if not kept:
         raise DataError(f"--pass-band {cfg.low} {cfg.high}: no pool problem inside the band ({unmeasured} unmeasured)")
     return [pool[i] for i, _ in kept], report
-
-
-def band_markdown(report: dict) -> str:
-    """The REPORT.md section: the pass-rate histogram over the pool and the share kept per band."""
-    lo, hi = report["band"]
-    lines = [
-        "## RL pool by base pass rate",
-        "",
-        f"Pass rates: `{report['pass_rates']}`. Kept band: {lo:g} <= pass rate <= {hi:g}, order "
-        f"{report['order']}: **{report['kept']} of {report['pool']} problems ({report['share_kept']:.1%})** "
-        f"in `{BAND_FILE}`; {report['unmeasured']} pool problems had no pass rate (dropped).",
-        "",
-        "| pass rate | problems | share of pool | kept |",
-        "|---:|---:|---:|:---:|",
-    ]
-    for h in report["histogram"]:
-        bar = "#" * max(1, round(40 * h["share"])) if h["problems"] else ""
-        lines.append(f"| {h['pass_rate']:.3f} | {h['problems']} | {h['share']:.1%} {bar} | {'yes' if h['kept'] else 'no'} |")
-    return "\n".join(lines) + "\n"

@@ -682,11 +682,15 @@ def prepare(inputs: Inputs, cfg: DataConfig) -> PrepareResult:
     return PrepareResult(inputs, cfg, numina, evals, splits, overlap, files)
 
 
+BAND_FILE = "sft_rl_pool_band.jsonl"
+"""The RL pool problems inside a pass-rate band (rft.data.pass_band)."""
+
+
 def file_specs(probe_id_mode: str) -> dict[str, FileSpec]:
     """FILES with the ID probe marked as a subset of the pool when it is drawn from inside it."""
     specs = dict(FILES)
     # the pass-rate band pool (prepare_sft_data.py --pass-rates), written only when asked for
-    specs["sft_rl_pool_band.jsonl"] = FileSpec("sft_rl_pool_band.jsonl", "train", RL_KEYS, subset_of="sft_rl_pool.jsonl")
+    specs[BAND_FILE] = FileSpec(BAND_FILE, "train", RL_KEYS, subset_of="sft_rl_pool.jsonl")
     if probe_id_mode == "in-pool":
         base = FILES["probe_set_200.jsonl"]
         specs[base.name] = FileSpec(base.name, base.role, base.keys, base.datasource, "sft_rl_pool.jsonl")

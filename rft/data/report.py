@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from rich.console import Console
 from rich.table import Table
 
-from rft.data.pipeline import PrepareResult, file_specs
+from rft.data.pipeline import BAND_FILE, PrepareResult, file_specs
 from rft.data.solutions import SFT_REASONS
 
 PERCENTILES = (5, 25, 50, 75, 95, 99)
@@ -214,7 +214,25 @@ def render_markdown(report: dict) -> str:
         out += [f"Negative: {ans['negative']}, zero: {ans['zero']}, above 999: {ans['over_999']}.", ""]
     head, rows = _stat_rows(report["problem_chars"])
     out += ["## Problem length (characters)", "", _md_table(head, rows)]
+    if "pass_band" in report:
+        out += ["", band_markdown(report["pass_band"]).rstrip()]
     return "\n".join(out) + "\n"
+
+
+def band_markdown(band: dict) -> str:
+    """The pass-band section: the pass-rate histogram over the pool and which bins the band keeps."""
+    lo, hi = band["band"]
+    rows = [[f"{h['pass_rate']:.3f}", h["problems"], f"{h['share']:.1%} " + "#" * max(1, round(40 * h["share"])),
+             "yes" if h["kept"] else "no"] for h in band["histogram"]]  # fmt: skip
+    return "\n".join([
+        "## RL pool by base pass rate",
+        "",
+        f"Pass rates: `{band['pass_rates']}`. Kept band: {lo:g} <= pass rate <= {hi:g}, order "
+        f"{band['order']}: **{band['kept']} of {band['pool']} problems ({band['share_kept']:.1%})** "
+        f"in `{BAND_FILE}`; {band['unmeasured']} pool problems had no pass rate (dropped).",
+        "",
+        _md_table(["pass rate", "problems", "share of pool", "kept"], rows),
+    ]) + "\n"
 
 
 def _rich_table(title: str, header: list[str], rows: list[list[str]], numeric_from: int = 1) -> Table:

@@ -11,8 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rft.data.integer_answer import parse_integer_answer
-from rft.data.pass_band import BAND_FILE
-from rft.data.pipeline import FILES, GSM8K_FILES, MANIFEST, REPORT_JSON, REPORT_MD, TRAINING_ROLES
+from rft.data.pipeline import BAND_FILE, FILES, GSM8K_FILES, MANIFEST, REPORT_JSON, REPORT_MD, TRAINING_ROLES
 from rft.data.solutions import SFT_OK, sft_output
 from rft.io import read_jsonl, sha256_file
 from rft.problems import problem_hash

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from rft.io import atomic_write_json, pid_alive, sha256_file
-from rft.mxfp4 import MXFP4, quant_method
+from rft.mxfp4 import MXFP4, SKIPPED_WEIGHT_COPIES, quant_method
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -118,7 +118,7 @@ def hf_cache_dir(name: str, download: bool = False) -> Path | None:
             return None
     print(f"downloading {name} into {hub_cache()} (--download)", file=sys.stderr, flush=True)
     try:
-        return Path(snapshot_download(name))
+        return Path(snapshot_download(name, ignore_patterns=SKIPPED_WEIGHT_COPIES))
     except Exception as e:
         raise MergeError(f"--download: fetching {name!r} into {hub_cache()} failed: {e}") from None
 

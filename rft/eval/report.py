@@ -90,7 +90,7 @@ def summarize(cells: Sequence[dict], baseline: str, *, settings: dict, n_boot: i
     }
 
 
-def _fig(f: dict) -> str:
+def fig(f: dict) -> str:
     return f"{pct(f['value'])} [{pct(f['ci95'][0])}, {pct(f['ci95'][1])}]"
 
 
@@ -120,7 +120,7 @@ def markdown_report(summary: dict, title: str) -> str:
     for c in summary["cells"]:
         head = c["figures"][c["headline"]]
         others = "; ".join(
-            f"{k} {_fig_plain(v) if k == 'distinct_answers' else _fig(v)}"
+            f"{k} {_fig_plain(v) if k == 'distinct_answers' else fig(v)}"
             for k, v in c["figures"].items()
             if k != c["headline"]
         )
@@ -136,7 +136,7 @@ def markdown_report(summary: dict, title: str) -> str:
         broken = str(len(vs["broken"])) if vs else ""
         lines.append(
             f"| {c['model']} | {c['dataset']} ({c['n_problems']}; {100 / c['n_problems']:.1f} pp) | {c['mode']} | "
-            f"{c['headline']} {_fig(head)} | {delta} | {others or '-'} | {pct(c['rates']['boxed'])} | "
+            f"{c['headline']} {fig(head)} | {delta} | {others or '-'} | {pct(c['rates']['boxed'])} | "
             f"{pct(c['rates']['truncated'])} | {fixed} | {broken} |"
         )
     flips = [c for c in summary["cells"] if c.get("vs_baseline")]
@@ -192,7 +192,7 @@ def print_summary(summary: dict) -> None:
             c["model"],
             c["dataset"],
             c["mode"],
-            f"{c['headline']} {_fig(c['figures'][c['headline']])}",
+            f"{c['headline']} {fig(c['figures'][c['headline']])}",
             _pp(vs["delta"]) if vs else "-",
             pct(c["rates"]["boxed"]),
             pct(c["rates"]["truncated"]),

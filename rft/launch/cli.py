@@ -13,6 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
+from rft.io import flag_value
 from rft.launch.lock import LaunchLocked, acquire_all
 from rft.launch.memory_plan import render as memory_plan
 from rft.launch.openrlhf_cli import format_command, resolve_overrides
@@ -26,11 +27,8 @@ LOG_ENV = ("METRICS_LOG_DIR", "SAMPLES_LOG_DIR", "SPIKE_LOG_PATH", "RAY_ADDRESS"
 
 def run_dirs(flags: list[str]) -> list[Path]:
     """The directories one run owns: $METRICS_LOG_DIR and --ckpt_path (the launch lock goes in each)."""
-    dirs = [Path(os.environ["METRICS_LOG_DIR"])] if os.environ.get("METRICS_LOG_DIR") else []
-    for i, token in enumerate(flags[:-1]):
-        if token == "--ckpt_path":
-            dirs.append(Path(flags[i + 1]))
-    return dirs
+    dirs = [os.environ.get("METRICS_LOG_DIR"), flag_value(flags, "--ckpt_path")]
+    return [Path(d) for d in dirs if d]
 
 
 def command_prefix(profile: Profile) -> list[str]:

@@ -90,19 +90,19 @@ class _Lenient(argparse.ArgumentParser):
 
 
 def _flags(argv: list[str]) -> argparse.Namespace | None:
-    """The flags the plan reads (None when one of them does not parse)."""
+    """The flags the plan reads, with OpenRLHF's defaults (None when one of them does not parse)."""
     p = _Lenient(add_help=False)
     p.add_argument("--pretrain")
     p.add_argument("--actor_num_nodes", type=int, default=1)
     p.add_argument("--actor_num_gpus_per_node", type=int, default=8)
-    p.add_argument("--vllm_num_engines", type=int, default=0)
+    p.add_argument("--vllm_num_engines", type=int, default=0)  # OpenRLHF's None: no engines
     p.add_argument("--vllm_tensor_parallel_size", type=int, default=1)
-    p.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.9)
+    p.add_argument("--vllm_gpu_memory_utilization", type=float, default=0.95)
     p.add_argument("--lora_rank", type=int, default=0)
     p.add_argument("--init_kl_coef", type=float, default=0.01)
     p.add_argument("--prompt_max_len", type=int, default=1024)
     p.add_argument("--generate_max_len", type=int, default=1024)
-    p.add_argument("--micro_train_batch_size", type=int, default=1)
+    p.add_argument("--micro_train_batch_size", type=int, default=4)
     for flag in (
         "--offload",
         "--adam_offload",

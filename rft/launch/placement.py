@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rft.io import atomic_write_json
+from rft.launch.record import newest_record
 
 # OpenRLHF 0.9.3's Ray actor classes -> the role names of the run record
 ROLES = {
@@ -72,14 +73,6 @@ def query(address: str) -> dict:
     return {"nodes": nodes, "roles": roles, "actor_and_vllm_on_different_nodes": split_roles(roles)}
 
 
-def newest_record(record_dir: Path) -> Path:
-    """The newest run_record_*.json in `record_dir` (names sort by their UTC time)."""
-    records = sorted(record_dir.glob("run_record_*.json"))
-    if not records:
-        raise FileNotFoundError(f"no run_record_*.json in {record_dir}")
-    return records[-1]
-
-
 def write_placement(record: Path, placement: dict) -> None:
     """Add `ray_placement` to the run record (atomic rewrite; every other key kept)."""
     data = json.loads(record.read_text(encoding="utf-8"))
@@ -94,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     placement = query(a.address)
     record = newest_record(a.record_dir)
+    if record is None:
+        raise FileNotFoundError(f"no run_record_*.json in {a.record_dir}")
     write_placement(record, placement)
     for role, nodes in placement["roles"].items():
         print(f"placement: {role} on node {', '.join(n[:12] for n in nodes)}", file=sys.stderr)

@@ -17,16 +17,22 @@ from rft.io import atomic_write_json
 from rft.provenance import REPO_ROOT, GitError, git, package_versions
 
 
+def branch_attempt(branch: str) -> str | None:
+    """NN as the branch writes it (attempt-NN-desc), None for any other branch."""
+    m = re.match(r"attempt-(\d+)(-|$)", branch)
+    return m.group(1) if m else None
+
+
 def attempt_number(branch: str, env_value: str | None) -> int:
     """NN from ATTEMPT=NN, else from a branch named attempt-NN-desc."""
     if env_value and env_value.strip():
         if not env_value.strip().isdigit():
             raise GitError(f"ATTEMPT={env_value!r} is not a number")
         return int(env_value)
-    m = re.match(r"attempt-(\d+)(-|$)", branch)
-    if not m:
+    nn = branch_attempt(branch)
+    if nn is None:
         raise GitError(f"branch {branch!r} is not named attempt-NN-desc and ATTEMPT=NN is not set")
-    return int(m.group(1))
+    return int(nn)
 
 
 def attempt_tag(n: int) -> str:
@@ -101,6 +107,11 @@ def write_run_record(record_dir: Path, record: dict) -> Path:
     path = record_dir / f"run_record_{stamp}.json"
     atomic_write_json(path, record)
     return path
+
+
+def newest_record(record_dir: Path) -> Path | None:
+    """The newest run_record_*.json in `record_dir` (names sort by their UTC time), None when there is none."""
+    return max(record_dir.glob("run_record_*.json"), default=None)
 
 
 def build_record(profile: str, command: list[str], command_text: str, state: GitState | None, tag_created: bool,

@@ -65,10 +65,6 @@ class Report:
         return "\n".join(lines)
 
 
-
-
-
-
 def prompt_filter_note(a, sched) -> str:
     """What --dynamic_filtering / --prompt_history do to the run length (the LR schedule's model stays exact)."""
     what = []
@@ -81,6 +77,7 @@ def prompt_filter_note(a, sched) -> str:
                     f"max skip {a.prompt_history_max_skip:g})")
     return (f"prompt filter: {'; '.join(what)}; the run still does {sched.rollout_steps} rollout steps "
             f"({sched.total_steps} scheduler steps), over more passes of the pool")
+
 
 def is_gpt_oss(pretrain: str | None) -> bool:
     """True for a gpt-oss checkpoint: by name, or by model_type in a local config.json."""
@@ -535,7 +532,9 @@ def run_checks(
         needed = sft_gpus(profile)
     gpus = gpu_inventory()
     rep.errors += standins_rule(profile, dict(os.environ), gpus)
-    if smoke_mode() and (a.lora_rank <= 0 or not (a.vllm_num_engines or 0)):
+    if smoke_mode() and profile.entry == "sft":
+        rep.errors.append("SMOKE=1 checks a GRPO run's LoRA sync to vLLM: an SFT launch has no smoke run")
+    elif smoke_mode() and (a.lora_rank <= 0 or not (a.vllm_num_engines or 0)):
         rep.errors.append("SMOKE=1 checks the LoRA sync to vLLM: this command has no LoRA adapter or no engine")
     elif smoke_mode():
         rep.notes.append(

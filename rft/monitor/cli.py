@@ -11,15 +11,15 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from rft.monitor.diagnosis import Thresholds, diagnose, exit_code
-from rft.monitor.early_stop import DEFAULT_PROBE_SIZE, DEFAULT_Z
+from rft.launch.record import newest_record
+from rft.monitor.diagnosis import Thresholds, Verdict, diagnose, exit_code
 from rft.monitor.latest import from_environment
 from rft.monitor.logs import (
     JsonlTail,
@@ -30,28 +30,119 @@ from rft.monitor.logs import (
     read_spikes,
     spike_log_path,
 )
-from rft.monitor.stop import StopError, StopPlan, end_run, latest_checkpoint, newest_record, stop_verdict
+from rft.monitor.stop import StopError, StopPlan, end_run, latest_checkpoint, stop_verdict
 from rft.monitor.table import markdown_summary, markdown_table, rich_step_table, rich_verdict_table
 
-# The numeric knobs: flag, type, default, help (each help ends with the default).
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU as nvidia-smi reports it: utilisation in percent, memory in MiB."""
+
+    index: int
+    util: float
+    used_mib: float
+    total_mib: float
+
+
+def parse_nvidia_smi(text: str) -> list[GpuSample]:
+    """Rows of `nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits`."""
+    out = []
+    for line in text.strip().splitlines():
+        cols = [x.strip() for x in line.split(",")]
+        if len(cols) != 4:
+            continue
+        try:
+            out.append(GpuSample(int(cols[0]), float(cols[1]), float(cols[2]), float(cols[3])))
+        except ValueError:  # "[N/A]" on some boards
+            continue
+    return out
+
+
+def gpu_samples() -> list[GpuSample] | str:
+    """This machine's GPUs from nvidia-smi, or the reason there are none."""
+    if not shutil.which("nvidia-smi"):
+        return "no nvidia-smi"
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=index,utilization.gpu,memory.used,memory.total",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError) as e:
+        return e.__class__.__name__
+    return parse_nvidia_smi(out)
+
+
+def gpu_usage(samples: list[GpuSample] | str) -> str:
+    """One line: utilisation and memory of every GPU, or 'n/a' and why."""
+    if isinstance(samples, str):
+        return f"GPU: n/a ({samples})"
+    return "GPU " + "  ".join(
+        f"{g.index}:{g.util:.0f}% {g.used_mib / 1024:.0f}/{g.total_mib / 1024:.0f}G" for g in samples
+    )
+
+
+@dataclass
+class GpuWatch:
+    """The guide's GPU warning signs over successive nvidia-smi samples: memory above `mem_warn` of a GPU (OOM
+    imminent), and every GPU at 0% utilisation for `idle_seconds` (a deadlock: in the 8-GPU split one group
+    idles while the other works, so only all of them idle at once is suspicious)."""
+
+    mem_warn: float = 0.95
+    idle_seconds: float = 300.0
+    idle_since: float | None = None
+
+    def update(self, now: float, samples: list[GpuSample] | str) -> list[str]:
+        """Alerts for this sample (`now` in seconds); an empty list when healthy or without GPUs."""
+        if isinstance(samples, str) or not samples:
+            self.idle_since = None
+            return []
+        alerts = [
+            f"GPU {g.index} memory {g.used_mib / g.total_mib:.0%} > {self.mem_warn:.0%}: OOM imminent (lower "
+            "--micro_train_batch_size or --vllm_gpu_memory_utilization, or offload)"
+            for g in samples
+            if g.total_mib > 0 and g.used_mib / g.total_mib > self.mem_warn
+        ]
+        if all(g.util == 0 for g in samples):
+            self.idle_since = now if self.idle_since is None else self.idle_since
+            idle = now - self.idle_since
+            if idle >= self.idle_seconds:
+                alerts.append(
+                    f"every GPU at 0% utilisation for {idle / 60:.0f} min: possible deadlock (is the metrics log "
+                    "still growing? read the Ray worker logs, py-spy dump the actor)"
+                )
+        else:
+            self.idle_since = None
+        return alerts
+
+
+TH, GPU = Thresholds(), GpuWatch()
+# The numeric knobs: flag, default, help (each help ends with the default); a Thresholds knob's flag is its
+# field name with dashes (thresholds() reads them back by name).
 NUMERIC_FLAGS = (
-    ("--probe-size", int, DEFAULT_PROBE_SIZE, "problems in the OOD probe, sets the noise level of a drop"),
-    ("--stop-z", float, DEFAULT_Z, "a probe drop counts only if larger than this many standard errors"),
-    ("--smoke-steps", int, 6, "steps judged by the smoke tests"),
-    ("--window", int, 20, "last steps examined by the playbook diagnosis"),
-    ("--spike-grad-norm", float, 50.0, "grad_norm above this marks a spike (as the spike log)"),
-    ("--not-moving-kl", float, 5e-4, "median |kl| to the reference below this after 10 steps = barely moving"),
-    ("--judge-fail-warn", float, 0.2, "judge reward: warn when a step's judge failure rate (failed / asked) "
-     "exceeds this (stop when the last 3 steps all exceed --judge-fail-stop)"),
-    ("--judge-fail-stop", float, 0.5, "see --judge-fail-warn"),
-    ("--high-but-wrong-warn", float, 0.05, "warn when the share of wrong answers paid above their group exceeds "
-     "this"),
-    ("--uniform-share-warn", float, 0.5, "warn when the share of prompt groups with one reward for every sample "
-     "(zero advantage) exceeds this at each of the last 5 steps"),
-    ("--interval", float, 5.0, "seconds between --follow polls"),
-    ("--gpu-mem-warn", float, 0.95, "--follow: warn when a GPU's memory use exceeds this share"),
-    ("--gpu-idle-minutes", float, 5.0, "--follow: warn when every GPU sits at 0%% utilisation this long, a "
-     "possible deadlock"),
+    ("--probe-size", TH.probe_size, "problems in the OOD probe, sets the noise level of a drop"),
+    ("--stop-z", TH.stop_z, "a probe drop counts only if larger than this many standard errors"),
+    ("--smoke-steps", TH.smoke_steps, "steps judged by the smoke tests"),
+    ("--window", TH.window, "last steps examined by the playbook diagnosis"),
+    ("--spike-grad-norm", TH.spike_grad_norm, "grad_norm above this marks a spike (as the spike log)"),
+    ("--not-moving-kl", TH.not_moving_kl, "median |kl| to the reference below this after 10 steps = barely moving"),
+    ("--judge-fail-warn", TH.judge_fail_warn, "judge reward: warn when a step's judge failure rate (failed / "
+     "asked) exceeds this (stop when the last 3 steps all exceed --judge-fail-stop)"),
+    ("--judge-fail-stop", TH.judge_fail_stop, "see --judge-fail-warn"),
+    ("--high-but-wrong-warn", TH.high_but_wrong_warn, "warn when the share of wrong answers paid above their "
+     "group exceeds this"),
+    ("--uniform-share-warn", TH.uniform_share_warn, "warn when the share of prompt groups with one reward for "
+     "every sample (zero advantage) exceeds this at each of the last 5 steps"),
+    ("--interval", 5.0, "seconds between --follow polls"),
+    ("--gpu-mem-warn", GPU.mem_warn, "--follow: warn when a GPU's memory use exceeds this share"),
+    ("--gpu-idle-minutes", GPU.idle_seconds / 60, "--follow: warn when every GPU sits at 0%% utilisation this "
+     "long, a possible deadlock"),
 )
 
 
@@ -127,115 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("RUN_RECORD_DIR"),
         help="where the run's run_record_*.json is (default: $RUN_RECORD_DIR, else the metrics directory)",
     )
-    for flag, kind, default, text in NUMERIC_FLAGS:
-        p.add_argument(flag, type=kind, default=default, help=f"{text} (default: %(default)s)")
+    for flag, default, text in NUMERIC_FLAGS:
+        p.add_argument(flag, type=type(default), default=default, help=f"{text} (default: %(default)s)")
     return p
 
 
 def thresholds(args: argparse.Namespace) -> Thresholds:
-    """Thresholds from the parsed flags."""
-    return Thresholds(
-        smoke_steps=args.smoke_steps,
-        window=args.window,
-        spike_grad_norm=args.spike_grad_norm,
-        not_moving_kl=args.not_moving_kl,
-        probe_size=args.probe_size,
-        stop_z=args.stop_z,
-        probe_key=args.probe_key,
-        ckpt_path=args.ckpt_path,
-        judge_fail_warn=args.judge_fail_warn,
-        judge_fail_stop=args.judge_fail_stop,
-        high_but_wrong_warn=args.high_but_wrong_warn,
-        uniform_share_warn=args.uniform_share_warn,
-    )
-
-
-@dataclass(frozen=True)
-class GpuSample:
-    """One GPU as nvidia-smi reports it: utilisation in percent, memory in MiB."""
-
-    index: int
-    util: float
-    used_mib: float
-    total_mib: float
-
-
-def parse_nvidia_smi(text: str) -> list[GpuSample]:
-    """Rows of `nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits`."""
-    out = []
-    for line in text.strip().splitlines():
-        fields = [x.strip() for x in line.split(",")]
-        if len(fields) != 4:
-            continue
-        try:
-            out.append(GpuSample(int(fields[0]), float(fields[1]), float(fields[2]), float(fields[3])))
-        except ValueError:  # "[N/A]" on some boards
-            continue
-    return out
-
-
-def gpu_samples() -> list[GpuSample] | str:
-    """This machine's GPUs from nvidia-smi, or the reason there are none."""
-    if not shutil.which("nvidia-smi"):
-        return "no nvidia-smi"
-    try:
-        out = subprocess.run(
-            [
-                "nvidia-smi",
-                "--query-gpu=index,utilization.gpu,memory.used,memory.total",
-                "--format=csv,noheader,nounits",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError) as e:
-        return e.__class__.__name__
-    return parse_nvidia_smi(out)
-
-
-def gpu_usage(samples: list[GpuSample] | str) -> str:
-    """One line: utilisation and memory of every GPU, or 'n/a' and why."""
-    if isinstance(samples, str):
-        return f"GPU: n/a ({samples})"
-    return "GPU " + "  ".join(
-        f"{g.index}:{g.util:.0f}% {g.used_mib / 1024:.0f}/{g.total_mib / 1024:.0f}G" for g in samples
-    )
-
-
-@dataclass
-class GpuWatch:
-    """The guide's GPU warning signs over successive nvidia-smi samples: memory above `mem_warn` of a GPU (OOM
-    imminent), and every GPU at 0% utilisation for `idle_seconds` (a deadlock: in the 8-GPU split one group
-    idles while the other works, so only all of them idle at once is suspicious)."""
-
-    mem_warn: float = 0.95
-    idle_seconds: float = 300.0
-    idle_since: float | None = None
-
-    def update(self, now: float, samples: list[GpuSample] | str) -> list[str]:
-        """Alerts for this sample (`now` in seconds); an empty list when healthy or without GPUs."""
-        if isinstance(samples, str) or not samples:
-            self.idle_since = None
-            return []
-        alerts = [
-            f"GPU {g.index} memory {g.used_mib / g.total_mib:.0%} > {self.mem_warn:.0%}: OOM imminent (lower "
-            "--micro_train_batch_size or --vllm_gpu_memory_utilization, or offload)"
-            for g in samples
-            if g.total_mib > 0 and g.used_mib / g.total_mib > self.mem_warn
-        ]
-        if all(g.util == 0 for g in samples):
-            self.idle_since = now if self.idle_since is None else self.idle_since
-            idle = now - self.idle_since
-            if idle >= self.idle_seconds:
-                alerts.append(
-                    f"every GPU at 0% utilisation for {idle / 60:.0f} min: possible deadlock (is the metrics log "
-                    "still growing? read the Ray worker logs, py-spy dump the actor)"
-                )
-        else:
-            self.idle_since = None
-        return alerts
+    """Thresholds from the parsed flags: every field a flag sets, the dataclass's default for the rest."""
+    return Thresholds(**{f.name: getattr(args, f.name) for f in fields(Thresholds) if hasattr(args, f.name)})
 
 
 def disk_free(paths: list[str]) -> str:
@@ -257,11 +247,14 @@ def disk_paths(args: argparse.Namespace) -> list[str]:
 
 
 def render(
-    log: MetricsLog, args: argparse.Namespace, live: bool, gpus: list[GpuSample] | str = "", alerts: list[str] = ()
+    log: MetricsLog,
+    verdicts: list[Verdict],
+    args: argparse.Namespace,
+    live: bool,
+    gpus: list[GpuSample] | str = "",
+    alerts: list[str] = (),
 ) -> Group:
     """Step table, verdicts and (live only) GPU alerts, GPU and disk lines as one renderable."""
-    spikes, _ = read_spikes(args.spike_log or spike_log_path(args.metrics))
-    verdicts = diagnose(log, spikes, thresholds(args))
     parts = [rich_step_table(log, args.last or 12), rich_verdict_table(verdicts)]
     if log.notes:
         parts.append(Text(f"log notes ({len(log.notes)}): " + " | ".join(log.notes[-3:]), style="dim"))
@@ -273,10 +266,11 @@ def render(
     return Group(*parts)
 
 
-def act_on_stop(log: MetricsLog, args: argparse.Namespace, plan: StopPlan) -> str | None:
+def act_on_stop(
+    log: MetricsLog, verdicts: list[Verdict], args: argparse.Namespace, plan: StopPlan
+) -> str | None:
     """--end-on-stop: a status line while a STOP waits for its checkpoint; ends the run when it is on disk."""
-    spikes, _ = read_spikes(args.spike_log or spike_log_path(args.metrics))
-    verdict = stop_verdict(diagnose(log, spikes, thresholds(args)))
+    verdict = stop_verdict(verdicts)
     steps = log.steps()
     ckpt = latest_checkpoint(Path(args.ckpt_path))
     action = plan.update(verdict, steps[-1] if steps else None, ckpt)
@@ -288,7 +282,12 @@ def act_on_stop(log: MetricsLog, args: argparse.Namespace, plan: StopPlan) -> st
             f"{args.ckpt_path} (newest now: {ckpt})"
         )
     record_dir = Path(args.record_dir) if args.record_dir else metrics_path(args.metrics).parent
-    entry = end_run(newest_record(record_dir), plan, ckpt)  # type: ignore[arg-type]
+    record = newest_record(record_dir)
+    if record is None:
+        raise StopError(
+            f"no run_record_*.json in {record_dir}: --end-on-stop needs the run record's driver_pid"
+        )
+    entry = end_run(record, plan, ckpt)  # type: ignore[arg-type]
     raise RunEnded(
         f"ended the run (driver pid {entry['driver_pid']}) after {entry['checkpoint']}: {entry['reason']}"
     )
@@ -315,8 +314,10 @@ def follow(args: argparse.Namespace, console: Console) -> int:
                 gpus = gpu_samples()
                 alerts = watch.update(time.monotonic(), gpus)
                 if log.records:
-                    view = render(log, args, live=True, gpus=gpus, alerts=alerts)
-                    line = act_on_stop(log, args, plan) if args.end_on_stop else None
+                    spikes, _ = read_spikes(args.spike_log or spike_log_path(args.metrics))
+                    verdicts = diagnose(log, spikes, thresholds(args))
+                    view = render(log, verdicts, args, live=True, gpus=gpus, alerts=alerts)
+                    line = act_on_stop(log, verdicts, args, plan) if args.end_on_stop else None
                     live.update(Group(view, Text(line, style="bold red")) if line else view)
                 elif alerts:
                     live.update(Text(f"waiting for {path} ...\n" + "\n".join(f"WARN  gpu: {a}" for a in alerts)))
@@ -374,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             line = f"{v.status:7} {v.group}: {v.check}: {v.evidence}"
             print(line + (f" -> {v.action}" if v.action and v.status not in ("PASS", "INFO") else ""))
     elif not args.plot:
-        console.print(render(log, args, live=False))
+        console.print(render(log, verdicts, args, live=False))
     return exit_code(verdicts) if args.check else 0
 
 

@@ -104,6 +104,15 @@ def _mean(values: Sequence[float]) -> float:
     return statistics.fmean(values) if values else math.nan
 
 
+def negative_share(values: Sequence[float], tol: float) -> float | None:
+    """The share of negative values when there are 3 or more, 70% of them negative and their mean below -tol;
+    else None (a KL that should be >= 0 drifting negative)."""
+    if len(values) < 3:
+        return None
+    share = sum(v < 0 for v in values) / len(values)
+    return share if share >= 0.7 and _mean(values) < -tol else None
+
+
 # ---------------------------------------------------------------- rollout/trainer agreement
 
 
@@ -154,9 +163,9 @@ def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
     ref = log.series(name)
     if ref and any(v != 0 for _, v in ref):
         recent = [v for _, v in ref[-10:]]
-        neg = sum(v < 0 for v in recent) / len(recent)
         seen.append(f"{name} (k1 KL to reference) last {len(recent)} mean {fmt(_mean(recent))}")
-        if len(recent) >= 3 and _mean(recent) < -th.negative_kl_tol and neg >= 0.7:
+        neg = negative_share(recent, th.negative_kl_tol)
+        if neg is not None:
             problems.append(
                 (
                     FAIL,
@@ -520,9 +529,8 @@ def learned_before(w: Window) -> bool:
     key = probe_key(w.log, w.th)
     evals = w.log.series(key) if key else []
     if len(evals) >= 2:
-        p0 = evals[0][1]
-        noise = 2 * math.sqrt(max(p0 * (1 - p0), 1 / w.th.probe_size) / w.th.probe_size) * math.sqrt(2)
-        return evals[-1][1] - p0 > noise
+        p0 = evals[0][1]  # 2 standard errors of one eval at p0; a difference of two evals has sqrt(2) of that
+        return evals[-1][1] - p0 > drop_threshold(p0, p0, w.th.probe_size) * math.sqrt(2)
     return False
 
 
@@ -713,11 +721,11 @@ def extreme_ratios(w: Window) -> Finding:
 def negative_ppo_kl(w: Window) -> Finding:
     """ppo_kl negative at 70% of the last 10 steps with a mean below -negative_kl_tol."""
     pts = _window(w.log, "ppo_kl", w.th)[-10:]
-    if len(pts) < 3:
-        return None if pts else "negative ppo_kl (ppo_kl)"
+    if not pts:
+        return "negative ppo_kl (ppo_kl)"
     vals = [v for _, v in pts]
-    neg = sum(v < 0 for v in vals) / len(vals)
-    if not (_mean(vals) < -w.th.negative_kl_tol and neg >= 0.7):
+    neg = negative_share(vals, w.th.negative_kl_tol)
+    if neg is None:
         return None
     ev = f"ppo_kl negative at {neg:.0%} of steps {pts[0][0]}-{pts[-1][0]} (mean {fmt(_mean(vals))})"
     return Verdict(GUIDE, "ppo_kl not negative", WARN, ev, GUIDE_ACTIONS["ppo_kl"])

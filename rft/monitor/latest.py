@@ -9,9 +9,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from rft.io import flag_value
+from rft.launch.record import newest_record
 from rft.monitor.logs import METRICS_FILE
-
-RECORD_GLOB = "run_record_*.json"
 
 
 @dataclass(frozen=True)
@@ -24,21 +24,17 @@ class LatestRun:
 
     def ckpt_path(self) -> str | None:
         """--ckpt_path of the recorded command, if any."""
-        cmd = (self.record or {}).get("command") or []
-        for i, token in enumerate(cmd[:-1]):
-            if token == "--ckpt_path":
-                return str(cmd[i + 1])
-        return None
+        return flag_value((self.record or {}).get("command") or [], "--ckpt_path")
 
 
-def _newest_record(d: Path) -> tuple[dict | None, float]:
-    records = sorted(d.glob(RECORD_GLOB))
-    if not records:
+def _read_record(path: Path | None) -> tuple[dict | None, float]:
+    """(the run record at `path`, None when absent or unreadable; its mtime, 0 when absent)."""
+    if path is None:
         return None, 0.0
     try:
-        return json.loads(records[-1].read_text(encoding="utf-8")), records[-1].stat().st_mtime
+        return json.loads(path.read_text(encoding="utf-8")), path.stat().st_mtime
     except (OSError, json.JSONDecodeError):
-        return None, records[-1].stat().st_mtime
+        return None, path.stat().st_mtime
 
 
 def of_checkout(d: Path, record: dict | None, root: Path) -> bool:
@@ -49,7 +45,7 @@ def of_checkout(d: Path, record: dict | None, root: Path) -> bool:
         return False
     if record.get("repo"):
         return Path(record["repo"]).resolve() == root.resolve()
-    return f"{root.resolve()}/" in str(record.get("command_text", ""))  # records that predate the "repo" field
+    return f"{root.resolve()}/" in str(record.get("command_text", ""))  # without "repo": a path under root in the command
 
 
 def find_latest(root: Path, globs: list[str]) -> LatestRun | None:
@@ -59,7 +55,7 @@ def find_latest(root: Path, globs: list[str]) -> LatestRun | None:
         for name in glob.glob(pattern):
             d = Path(name)
             metrics = d / METRICS_FILE
-            record, rec_time = _newest_record(d)
+            record, rec_time = _read_record(newest_record(d))
             if not (metrics.is_file() or record):
                 continue
             if of_checkout(d, record, root):

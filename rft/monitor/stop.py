@@ -65,22 +65,12 @@ class StopPlan:
         return "end" if ckpt_step is not None and ckpt_step >= self.seen_at else "wait"
 
 
-def newest_record(record_dir: Path) -> Path:
-    """The newest run_record_*.json (names sort by their UTC time)."""
-    records = sorted(record_dir.glob("run_record_*.json"))
-    if not records:
-        raise StopError(
-            f"no run_record_*.json in {record_dir}: --end-on-stop needs the run record's driver_pid"
-        )
-    return records[-1]
-
-
 def driver_pid(record: dict) -> int:
     """The run's driver process on this host, checked by its command line."""
     pid, host = record.get("driver_pid"), record.get("host")
     if not isinstance(pid, int):
         raise StopError(
-            "the run record has no driver_pid (a launch older than --end-on-stop): end the run by hand"
+            "the run record has no driver_pid (the launcher did not record it): end the run by hand"
         )
     if host and host != socket.gethostname():
         raise StopError(f"the run's driver runs on {host}, not here: run the monitor there")
@@ -127,7 +117,7 @@ def end_run(record_path: Path, plan: StopPlan, ckpt_step: int, timeout: float = 
         return entry
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not Path(f"/proc/{pid}").exists() or _zombie(pid):
+        if _gone(pid):
             return entry
         time.sleep(0.5)
     try:
@@ -137,7 +127,8 @@ def end_run(record_path: Path, plan: StopPlan, ckpt_step: int, timeout: float = 
     return entry
 
 
-def _zombie(pid: int) -> bool:
+def _gone(pid: int) -> bool:
+    """True once `pid` has exited (no /proc entry) or is a zombie awaiting its parent."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
     except OSError:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rft.eval.report import fig, pct
 from rft.io import atomic_write_json, atomic_write_text
 from rft.spare.jobs import JobError, JobInfo
 
@@ -96,18 +97,12 @@ class EvalOptions:
     opts: tuple[str, ...]
     baseline: str
     run_dir: str
-    datasets: tuple[str, ...]
-    modes: tuple[str, ...]
+    run_dir_given: bool  # the options name --run-dir themselves
 
     def argv(self, ckpt: Checkpoint, path_there: str) -> list[str]:
         """The job's command: eval_posthoc.py with the options, the checkpoint and the eval run dir."""
         out = ["python", "eval_posthoc.py", *self.opts, "--model", f"{ckpt.label}={path_there}"]
         return out if self.run_dir_given else [*out, "--run-dir", self.run_dir]
-
-    @property
-    def run_dir_given(self) -> bool:
-        """Whether the options name --run-dir themselves."""
-        return any(o == "--run-dir" or o.startswith("--run-dir=") for o in self.opts)
 
 
 def parse_eval_options(opts: Sequence[str], run_name: str) -> EvalOptions:
@@ -128,8 +123,7 @@ def parse_eval_options(opts: Sequence[str], run_name: str) -> EvalOptions:
         raise WatchError(f"--model names {clash} clash with the checkpoints' names (stepN): rename them")
     given = any(o == "--run-dir" or o.startswith("--run-dir=") for o in opts)
     run_dir = args.run_dir if given else f"runs/watch/{re.sub(r'[^A-Za-z0-9_.-]', '-', run_name)}"
-    modes = args.mode or ["greedy_pass@1"]
-    return EvalOptions(tuple(opts), baseline, run_dir, tuple(args.dataset or ["aime"]), tuple(modes))
+    return EvalOptions(tuple(opts), baseline, run_dir, given)
 
 
 def eval_parser():
@@ -170,17 +164,18 @@ class Target:
 
 
 class LocalTarget(Target):
-    """Jobs on this machine (`--host local`): the checkpoint is used where it is."""
+    """Jobs on this machine (`--host local`): the checkpoint is used where it is; each job gets `env`."""
 
-    def __init__(self, runner):
+    def __init__(self, runner, env: dict[str, str]):
         self.runner = runner
+        self.env = env
         self.where = "this machine"
 
     def sync(self, ckpt: Checkpoint) -> str:
         return str(ckpt.path)
 
     def start(self, name: str, argv: list[str]) -> None:
-        self.runner.start(name, argv)
+        self.runner.start(name, argv, env=self.env)
 
     def info(self, name: str) -> JobInfo | None:
         try:
@@ -195,7 +190,8 @@ class LocalTarget(Target):
 
 
 class RemoteTarget(Target):
-    """Jobs on the spare over ssh: code and data synced once, each checkpoint rsynced to the same path."""
+    """Jobs on the spare over ssh: code and data synced once, each checkpoint rsynced to the same path; each job
+    gets spare.toml [env]."""
 
     def __init__(self, spare):
         self.spare = spare
@@ -215,7 +211,8 @@ class RemoteTarget(Target):
     def start(self, name: str, argv: list[str]) -> None:
         from rft.spare.node import RemoteFailed
 
-        proc = self.spare.cli(["run", name, "--", *argv])
+        env = [f"--env={k}={v}" for k, v in self.spare.cfg.env]
+        proc = self.spare.cli(["run", name, *env, "--", *argv])
         if proc.returncode != 0:
             raise RemoteFailed(proc.returncode)
 
@@ -306,14 +303,6 @@ def evaluate(
 
 
 # --- the table and the best checkpoint ------------------------------------------------------------------------
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def _fig(f: dict) -> str:
-    return f"{_pct(f['value'])} [{_pct(f['ci95'][0])}, {_pct(f['ci95'][1])}]"
-
-
 def _pp(x: float) -> str:
     return f"{100 * x:+.1f}"
 
@@ -365,7 +354,7 @@ def best_line(state: dict, select: str | None = None) -> str:
     else:
         verdict = f"not distinguishable from {vs['baseline']} at 95%"
     return (
-        f"best: {name} (step {entry['step']}): {cell_key(cell)} {head} {_fig(cell['figures'][head])}, "
+        f"best: {name} (step {entry['step']}): {cell_key(cell)} {head} {fig(cell['figures'][head])}, "
         f"Δ {_delta(vs)} ({verdict}); rule: the highest {head} on {cell_key(cell)} among evaluated checkpoints, "
         "ties to the earlier step"
     )
@@ -397,10 +386,10 @@ def table_markdown(state: dict, run_name: str, select: str | None = None) -> str
         out = [label, step]
         for k in keys:
             c = by.get(k)
-            out.append(_fig(c["figures"][c["headline"]]) if c else "-")
+            out.append(fig(c["figures"][c["headline"]]) if c else "-")
             out.append("baseline" if is_base else (_delta(c.get("vs_baseline")) if c else "-"))
         boxed = [c["rates"]["boxed"] for c in cells if "rates" in c]
-        out.append(_pct(sum(boxed) / len(boxed)) if boxed else "-")
+        out.append(pct(sum(boxed) / len(boxed)) if boxed else "-")
         return "| " + " | ".join(out) + " |"
 
     lines.append(row(f"{base['name']} (baseline)", "-", base["cells"], True))

@@ -28,11 +28,14 @@ from typing import Any
 
 import torch
 
+from rft.train.group_waste import UNIFORM_TOL
+
 KEYS = ("score", "correctness")
 RIGHT, WRONG, MIXED = 1, 0, -1
 STATE_KEY = "prompt_history"
 """Key of the history in OpenRLHF's checkpoint client_states."""
-STEP_KEYS = ("prompts_skipped", "prompts_filtered", "prompts_per_accepted", "prompts_uniform_known", "pool_pass")
+STEP_KEYS = ("prompts_skipped", "prompts_filtered", "prompts_per_accepted", "prompts_uniform_known", "pool_pass",
+             "samples_carried")
 """Keys step_metrics may write into the step's metrics."""
 
 Draw = Callable[[int], tuple[list, list, bool]]
@@ -70,7 +73,7 @@ def group_kind(experiences: Sequence[Any], key: str) -> int:
         right = [v >= 0.5 for v in vals]
         return RIGHT if all(right) else WRONG if not any(right) else MIXED
     rewards = [float(torch.as_tensor(e.rewards).reshape(-1)[0]) for e in experiences if e.rewards is not None]
-    if len(rewards) < 2 or max(rewards) - min(rewards) > 1e-6:
+    if len(rewards) < 2 or max(rewards) - min(rewards) > UNIFORM_TOL:
         return MIXED
     return RIGHT if rewards[0] > 0 else WRONG
 

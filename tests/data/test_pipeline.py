@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from rft.io import read_jsonl, sha256_file
 from rft.problems import problem_hash
 from rft.prompts import strip_instruction
 from tests.support.data_fixtures import APEX, write_eval_inputs, write_numina
+from tests.support.reward_files import load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = [
@@ -30,14 +30,7 @@ SIZES = [
 ]  # fmt: skip
 
 
-def _load_cli():
-    spec = importlib.util.spec_from_file_location("prepare_sft_data", ROOT / "prepare_sft_data.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-CLI = _load_cli()
+CLI = load_file(ROOT / "prepare_sft_data.py", "prepare_sft_data")
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +222,7 @@ def test_no_require_valid_keeps_flagged_rows(inputs, tmp_path):
     stages = {s["key"]: s["removed"] for s in report["stages"]}
     n_invalid = inputs[0].removed["valid"]
     assert stages["valid"] == 0
-    # the revived row now dedups against its (no longer removed) invalid twin, which comes first
+    # the kept invalid row comes first, so its valid twin is the one dedup removes
     assert stages["dedup"] == inputs[0].removed["dedup"] + 1
     assert report["eligible"] == inputs[0].eligible + n_invalid - 1
 
@@ -402,10 +395,9 @@ def test_the_reward_grades_every_sft_output_correct(run):
 def test_pass_rate_band_pool_is_a_verified_subset_with_its_histogram(run, inputs, tmp_path, capsys):
     """--pass-rates: the pool problems inside the band (default: never- and always-solved dropped), a declared
     subset of the pool that --verify checks, with the histogram and the share kept in REPORT.md."""
-    from rft.data.pass_band import BAND_FILE
-    from rft.problems import problem_hash
+    from rft.data.pipeline import BAND_FILE
 
-    pool = [json.loads(x) for x in (run / "sft_rl_pool.jsonl").read_text().splitlines()]
+    pool = read_jsonl(run / "sft_rl_pool.jsonl")
     levels = [0.0, 0.125, 0.5, 0.875, 1.0]
     rates = [{"problem_hash": problem_hash(r["input"]), "n": 8, "pass_rate": levels[i % 5]}
              for i, r in enumerate(pool) if i % 7]  # every 7th problem unmeasured  # fmt: skip
@@ -413,7 +405,7 @@ def test_pass_rate_band_pool_is_a_verified_subset_with_its_histogram(run, inputs
     path.write_text("".join(json.dumps(r) + "\n" for r in rates))
     out = tmp_path / "out"
     assert CLI.main(_args(inputs, out, "--pass-rates", str(path), "--pass-order", "easy-first")) == 0
-    band = [json.loads(x) for x in (out / BAND_FILE).read_text().splitlines()]
+    band = read_jsonl(out / BAND_FILE)
     rate_of = {r["problem_hash"]: r["pass_rate"] for r in rates}
     expected = [r for i, r in enumerate(pool) if i % 7 and levels[i % 5] not in (0.0, 1.0)]
     assert sorted(map(json.dumps, band)) == sorted(map(json.dumps, expected))

@@ -164,7 +164,7 @@ def test_hub_ids_resolve_from_the_local_cache_only(tiny, tmp_path, monkeypatch):
     (snapshot.parent.parent / "refs").mkdir()
     (snapshot.parent.parent / "refs" / "main").write_text(snapshot.name)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read per request, not the env
     path, record = resolve_model("openai/gpt-oss-tiny")
     assert path == snapshot.resolve() and record["kind"] == "model"
     moved = copy_adapter(adapter, tmp_path / "adapter")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 
@@ -78,3 +79,12 @@ def test_the_cli_writes_the_pass_rate_file(tiny, tmp_path, capsys):
     assert eval_posthoc.main(["--model", f"a={model}", "--model", f"b={model}", "--dataset", str(pool),
                               "--pass-rates", str(out)]) == 2  # fmt: skip
     assert "exactly one --model" in capsys.readouterr().err
+    # --chat-date today: the template's real date, which the cache records; a malformed date: exit 2, no model
+    today = eval_posthoc.main(["--model", f"base={model}", "--dataset", str(pool), "--pass-rates", str(out),
+                               "--pass-rate-samples", "1", "--pass-rate-max-tokens", "4", "--backend", "hf",
+                               "--run-dir", str(tmp_path / "today"), "--device", "cpu", "--chat-date", "today"])  # fmt: skip
+    settings = json.loads(next((tmp_path / "today" / "pass_rates").glob("*/settings.json")).read_text())
+    assert today == 0 and settings["chat_date"] == datetime.date.today().isoformat()
+    assert eval_posthoc.main(["--model", f"base={model}", "--dataset", str(pool), "--pass-rates", str(out),
+                              "--chat-date", "24/11/2026", "--backend", "hf"]) == 2  # fmt: skip
+    assert "--chat-date '24/11/2026'" in capsys.readouterr().err

@@ -541,3 +541,14 @@ def test_gpu_scripts_log_the_gap_and_smoke_dry_run_shows_the_smoke_layout(name, 
 def test_smoke_needs_a_lora_sync(patched_root, data_dir, tmp_path):
     res = run_script("train_grpo_small.sh", script_env(patched_root, data_dir, tmp_path, SMOKE="1"), "--dry-run")
     assert res.returncode == 1 and "SMOKE=1 checks the LoRA sync to vLLM" in res.stderr
+    res = run_script("train_sft.sh", script_env(patched_root, data_dir, tmp_path, SMOKE="1"), "--dry-run")
+    assert res.returncode == 1 and "an SFT launch has no smoke run" in res.stderr, res.stderr[-2000:]
+
+
+def test_a_smoke_run_of_the_small_script_has_its_own_run_directory(patched_root, data_dir, tmp_path):
+    env = script_env(patched_root, data_dir, tmp_path)
+    real = run_script("train_grpo_small.sh", env, "--preset", "trl", "--dry-run")
+    smoke = run_script("train_grpo_small.sh", {**env, "SMOKE": "1"}, "--preset", "trl", "--dry-run")
+    assert real.returncode == 0 and smoke.returncode == 0, real.stderr[-2000:] + smoke.stderr[-2000:]
+    assert "small-grpo-" in real.stdout and "-smoke" not in real.stdout
+    assert "-trl-smoke/" in smoke.stdout  # its metrics, checkpoints and model never land in the real run's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rft.launch.memory_plan import GIB, SHAPES, render, shape_for
+from rft.launch.memory_plan import SHAPES, _flags, actor_plan, render, shape_for
 
 
 def test_lora_and_weights_per_gpu_by_hand():
@@ -12,7 +12,8 @@ def test_lora_and_weights_per_gpu_by_hand():
     # per layer: q 64*(2880+4096) + k, v 64*(2880+512) each + o 64*(4096+2880) = 1,327,104; 36 layers
     assert s.lora_params(64) == 36 * 1_327_104 == 47_775_744
     assert SHAPES["gpt-oss-20b"].lora_params(32) == 24 * 663_552  # 15.9M, docs/launching.md
-    assert round(2 * s.params / 8 / GIB, 2) == 27.20
+    a = _flags(["--pretrain", "openai/gpt-oss-120b", "--lora_rank", "64"])
+    assert round(actor_plan(s, a)[0].gib, 2) == 27.20  # the frozen bf16 partition on each of 8 GPUs
     assert s.expert_params_per_layer == 128 * (2880 * 5760 + 2880 * 2880)
 
 
@@ -32,6 +33,8 @@ def test_fit_verdicts_follow_the_layout():
         "4",
         "--vllm_tensor_parallel_size",
         "2",
+        "--micro_train_batch_size",
+        "1",  # the recipe's (OpenRLHF's default is 4)
     ]
     text, fits = render([*flags, "--actor_num_gpus_per_node", "8"], nodes=2)
     assert fits and "2 node(s): actor on 8 GPU(s)" in text
@@ -39,7 +42,7 @@ def test_fit_verdicts_follow_the_layout():
     assert fits4 is False
     _, off4 = render([*flags, "--actor_num_gpus_per_node", "4", "--offload", "--adam_offload"])
     assert off4 is True
-    # a KL term with a colocated reference doubles the frozen weights: 8 GPUs no longer hold both
+    # a KL term with a colocated reference doubles the frozen weights: 8 GPUs cannot hold both
     _, kl8 = render(
         [*flags, "--actor_num_gpus_per_node", "8", "--init_kl_coef", "0.001", "--colocate_actor_ref"]
     )
@@ -54,3 +57,13 @@ def test_shape_from_a_local_config(tmp_path):
 
 def test_a_flag_that_does_not_parse_gives_no_plan_and_no_exit():
     assert render(["--pretrain", "openai/gpt-oss-120b", "--lora_rank", "many"]) == ("", None)
+
+
+def test_the_plans_defaults_are_openrlhfs(patched_openrlhf, monkeypatch):
+    """A flag the command leaves out is planned at the default OpenRLHF's own parser gives it."""
+    from rft.launch.openrlhf_cli import parse_args
+
+    monkeypatch.setenv("RFT_OPENRLHF_DIR", str(patched_openrlhf))
+    real = vars(parse_args(["--pretrain", "m", "--prompt_data", "d", "--remote_rm_url", "r.py"]).args)
+    for flag, value in vars(_flags(["--pretrain", "m"])).items():
+        assert value == (real[flag] if real[flag] is not None else 0), flag  # vllm_num_engines None: none

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rft.io import pid_alive
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # A launch script in miniature: an EXIT trap (train_grpo_cpu.sh stops its Ray there) and one forwarded child.
@@ -30,9 +32,7 @@ STUBBORN = ("import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_I
 
 
 def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not pid_alive(pid):
         return False
     with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for its reaper is gone for our purpose
         return f.read().split(") ", 1)[1][0] != "Z"

@@ -137,7 +137,7 @@ def test_a_driver_that_ignores_sigint_gets_sigterm_at_once(tmp_path):
             shell.kill()
 
 
-def test_without_the_opt_in_follow_only_reports(tmp_path):
+def test_end_on_stop_without_follow_is_refused(tmp_path):
     metrics = write_scenario("early_stop", tmp_path / "metrics")
     proc = subprocess.run(
         [sys.executable, "-m", "rft.monitor", str(metrics), "--end-on-stop"],

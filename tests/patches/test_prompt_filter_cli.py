@@ -1,9 +1,7 @@
-"""The flags of prompt_filter.patch through OpenRLHF's own (patched) parser and validation, and the fit loop
-and sample generator they reach."""
+"""The flags of prompt_filter.patch through OpenRLHF's own (patched) parser, into the filter they build (the
+patched fit loop and sample generator run in tests/train/test_prompt_filter.py)."""
 
 from __future__ import annotations
-
-import inspect
 
 BASE = ["--pretrain", "m", "--prompt_data", "d", "--actor_num_gpus_per_node", "1", "--micro_rollout_batch_size", "1",
         "--advantage_estimator", "group_norm", "--n_samples_per_prompt", "4", "--remote_rm_url", "reward_func_judge.py",
@@ -25,15 +23,3 @@ def test_filter_and_history_flags_parse_and_build_the_filter(patched_openrlhf, m
     plain = PromptFilter.from_args(parse_args(BASE).args)
     assert not plain.active and plain.key == "score" and not parse_args(BASE).args.prompt_data_in_order
     assert parse_args(BASE + ["--prompt_data_in_order"]).args.prompt_data_in_order
-
-
-def test_the_patched_loop_and_generator_use_the_filter(patched_openrlhf):  # noqa: F811
-    from openrlhf.trainer import ppo_trainer
-    from openrlhf.trainer.ppo_utils import experience_maker as em
-
-    fit = inspect.getsource(ppo_trainer.PPOTrainer.fit)
-    assert "passes(" in fit and "STATE_KEY: prompt_filter.state_dict()" in fit
-    assert "prompt_filter.load_state_dict(checkpoint_states.get(STATE_KEY))" in fit
-    assert "shuffle = not getattr(args, \"prompt_data_in_order\", False)" in inspect.getsource(ppo_trainer.prepare_datasets)
-    gen = inspect.getsource(em.SamplesGenerator._generate_vllm)
-    assert "prompt_filter.after_group(experiences)" in gen and "collect(1)" in gen

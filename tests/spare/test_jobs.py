@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from rft.io import pid_alive
 from rft.spare.jobs import WRAPPER, JobError, JobRunner, gpu_summary, parse_nvidia_smi
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux binary not installed")
@@ -34,14 +35,6 @@ def runner(tmp_path, tmux_socket) -> JobRunner:
     repo = tmp_path / "repo"
     repo.mkdir()
     return JobRunner(repo, socket_name=tmux_socket)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_exit_statuses_of_succeeding_and_failing_jobs(runner):

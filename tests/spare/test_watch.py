@@ -113,12 +113,7 @@ def test_checkpoints_are_found_when_complete_and_settled(tmp_path):
 
 def test_eval_options_are_checked_by_eval_posthoc_and_name_the_baseline():
     opts = parse_eval_options(["--model", "base=/m", "--dataset", "ood", "--mode", "sampling_pass@8"], "r.1")
-    assert (opts.baseline, opts.run_dir, opts.datasets, opts.modes) == (
-        "base",
-        "runs/watch/r.1",
-        ("ood",),
-        ("sampling_pass@8",),
-    )
+    assert (opts.baseline, opts.run_dir, opts.run_dir_given) == ("base", "runs/watch/r.1", False)
     ckpt = Checkpoint(4, Path("/c/global_step4_hf"))
     tail = ["--model", "step4=/c/global_step4_hf", "--run-dir", "runs/watch/r.1"]
     assert opts.argv(ckpt, "/c/global_step4_hf")[-4:] == tail
@@ -133,13 +128,6 @@ def test_eval_options_are_checked_by_eval_posthoc_and_name_the_baseline():
 
 # ---- end to end: real tmux, real eval_posthoc.py jobs --------------------------------------------------------
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux binary not installed")
-
-
-@pytest.fixture
-def tmux_socket():
-    name = f"rft_watch_{uuid.uuid4().hex[:10]}"
-    yield name
-    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
 
 
 def watch_cli(socket_name: str, run: Path, *args: str, eval_opts: list[str]) -> subprocess.CompletedProcess:
@@ -233,7 +221,7 @@ def test_watch_once_evaluates_both_checkpoints_prints_best_and_skips_them_on_res
     again = watch_cli(tmux_socket, run, "--once", "--settle", "0", eval_opts=opts)
     assert again.returncode == 0, again.stderr
     assert "started job" not in again.stderr and f"best: global_step{want}_hf" in again.stdout
-    # other eval options: the state no longer describes them, so every checkpoint is evaluated again
+    # other eval options: the state records different ones, so every checkpoint is evaluated again
     changed = watch_cli(tmux_socket, run, "--once", "--settle", "0", eval_opts=[*opts, "--seed", "7"])
     assert changed.returncode == 0, changed.stderr
     assert (
@@ -248,7 +236,10 @@ def test_watch_once_evaluates_both_checkpoints_prints_best_and_skips_them_on_res
 
 
 @needs_tmux
-def test_a_failing_eval_job_is_recorded_and_not_retried(tmp_path, tmux_socket):
+def test_a_failing_eval_job_is_recorded_and_not_retried(tmp_path, tmux_socket, monkeypatch):
+    config = tmp_path / "spare.toml"
+    config.write_text('[env]\nRFT_WATCH_MARK = "from spare.toml"\n')
+    monkeypatch.setenv("RFT_SPARE_CONFIG", str(config))
     run = tmp_path / f"run-{uuid.uuid4().hex[:6]}"
     adapter_files(run / "global_step4_hf")  # not a real adapter: eval_posthoc.py fails on it
     opts = [
@@ -264,5 +255,11 @@ def test_a_failing_eval_job_is_recorded_and_not_retried(tmp_path, tmux_socket):
     entry = json.loads((run / "checkpoint_eval.json").read_text())["checkpoints"]["global_step4_hf"]
     assert entry["status"] == "failed" and entry["job_status"].startswith("exit ")
     assert "| global_step4_hf | 4 | failed: exit" in proc.stdout
+    # the job got spare.toml [env], as `spare.py run` jobs do
+    name = job_name(run.name, Checkpoint(4, run))
+    shown = subprocess.run(
+        ["tmux", "-L", tmux_socket, "show-environment", "-t", name, "RFT_WATCH_MARK"], capture_output=True, text=True
+    )
+    assert shown.stdout.strip() == "RFT_WATCH_MARK=from spare.toml", shown.stderr
     again = watch_cli(tmux_socket, run, "--once", "--settle", "0", eval_opts=opts)
     assert "started job" not in again.stderr and again.returncode == 1

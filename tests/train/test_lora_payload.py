@@ -99,7 +99,7 @@ def test_payload_rejects_bad_input():
 
 
 def test_an_adapter_part_the_merge_cannot_carry_is_refused_not_skipped():
-    """LoRA on the embedding: its lora_embedding_A/B are collected and refused (they used to be left out)."""
+    """LoRA on the embedding: its lora_embedding_A/B are collected and refused, never silently left out."""
     peft_model, lcfg = _peft(targets=["q_proj", "embed_tokens"])
     names = [n for n, _ in lora_parameters(peft_model)]
     assert any("embed_tokens.lora_embedding_A" in n for n in names) and any(".lora_A." in n for n in names)

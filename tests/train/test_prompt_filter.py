@@ -107,33 +107,27 @@ def test_off_means_0_9_3_behaviour():
         PromptFilter(key="mean")
 
 
-def simulate(pool, rbs, episodes, keep_rate, active):
-    """The patched fit loop's step accounting: each pass yields pool // rbs batches when nothing is dropped,
-    about keep_rate of that with filtering/history; returns rollout steps done."""
+@pytest.mark.parametrize(("pool", "rbs", "episodes"), [(384, 64, 5), (100, 8, 3), (7, 2, 1)])
+def test_the_step_budget_is_the_lr_preflights_rollout_steps(pool, rbs, episodes):
+    """The patched trainer's budget is the LR preflight's rollout_steps (the cosine's floor when the pool divides
+    into rollout batches)."""
+    s = Schedule(pool=pool, n_samples_per_prompt=8, train_batch_size=rbs, num_episodes=episodes, lr=1e-5,
+                 warmup_ratio=0.05, rollout_batch_size=rbs)  # fmt: skip
+    assert planned_rollout_steps(pool, rbs, episodes) == s.rollout_steps
+    if pool % rbs == 0:  # no partial batch: the budget is the whole schedule
+        assert s.rollout_steps * s.steps_per_rollout == s.total_steps
+        assert s.lr_after(s.total_steps) == pytest.approx(1e-6)
+
+
+def test_passes_continue_until_the_budget():
+    """Passes that each yield fewer steps than 0.9.3's episodes: as many passes as the budget takes."""
     done = {"steps": 0}
-    budget = planned_rollout_steps(pool, rbs, episodes)
-    for _ in passes(0, episodes, budget, lambda: done["steps"], active):
-        for _ in range(int(pool * keep_rate) // rbs):
-            if active and done["steps"] >= budget:
-                break
-            done["steps"] += 1
-    return done["steps"]
-
-
-@pytest.mark.parametrize("keep_rate", [1.0, 0.6, 0.3])
-def test_the_run_does_the_scheduler_steps_the_preflight_models(keep_rate):
-    """With filtering or history the run still does Schedule.rollout_steps rollout steps, so total_steps
-    optimizer steps: the cosine reaches its floor as the LR preflight says."""
-    s = Schedule(pool=384, n_samples_per_prompt=8, train_batch_size=64, num_episodes=5, lr=1e-5,
-                 warmup_ratio=0.05, rollout_batch_size=64)  # fmt: skip
-    steps = simulate(384, 64, 5, keep_rate, active=True)
-    assert steps == s.rollout_steps == 30 and steps * s.steps_per_rollout == s.total_steps == 240
-    assert s.lr_after(s.total_steps) == pytest.approx(1e-6)  # the floor, reached on the run's last step
-    # without the budget, 0.9.3 stops after its episodes: fewer steps, the LR never decays to its floor
-    off = simulate(384, 64, 5, keep_rate, active=False)
-    assert off == int(384 * keep_rate) // 64 * 5
-    if keep_rate < 1:
-        assert s.lr_after(off * s.steps_per_rollout) > 3e-6
+    seen = []
+    for p in passes(0, 5, 30, lambda: done["steps"], True):
+        seen.append(p)
+        done["steps"] += 7  # each pass trains 7 steps: 5 passes reach 30
+    assert seen == [0, 1, 2, 3, 4] and done["steps"] >= 30
+    assert list(passes(2, 5, 30, lambda: 0, False)) == [2, 3, 4]  # off: 0.9.3's episodes, from the resumed one
 
 
 def test_passes_that_train_nothing_end_the_run(capsys):
