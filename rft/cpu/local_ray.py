@@ -10,12 +10,17 @@ processes (both nodes) and their children.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import importlib.util
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 
 # Ray rewrites --node-ip-address 127.0.0.1 to the machine's routable address unless it believes it runs a
 # single-machine cluster; with these, every process (driver, workers, OpenRLHF's MASTER_ADDR, vLLM) uses loopback.
@@ -46,10 +51,10 @@ def port_flags(flags: list[str]) -> list[str]:
 
 
 # Ray's fixed defaults (Ray 2.48: client server 10001, dashboard agent 52365, workers 10002-19999) are the same
-# for every cluster: a second head on the machine collided on them ("Failed to start the grpc server ... port
-# 10005"). Each head gets its own ports: every single one from the kernel (the rest are pinned too, so nothing
-# is left to Ray's choice), and a window of worker ports below the kernel's ephemeral range (32768 up on Linux),
-# so no port the kernel hands out lands in it.
+# for every cluster: a second head on the machine would collide on them ("Failed to start the grpc server ...
+# port 10005"). Each head gets its own ports: every single one from the kernel (the rest are pinned too, so
+# nothing is left to Ray's choice), and a window of worker ports below the kernel's ephemeral range (32768 up on
+# Linux), so no port the kernel hands out lands in it, and outside every running node's window.
 SINGLE_PORTS = ["--port", "--ray-client-server-port", "--object-manager-port", "--node-manager-port",
                 "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
                 "--metrics-export-port"]
@@ -73,15 +78,56 @@ def port_is_free(port: int) -> bool:
         return True
 
 
+# Every raylet's command line names its worker window (`--min_worker_port=N --max_worker_port=M`).
+WINDOW_FLAG = re.compile(r"--(min|max)[-_]worker[-_]port[= ](\d+)")
+
+
+def claimed_windows() -> list[tuple[int, int]]:
+    """The worker-port windows of the Ray nodes running on this machine, read from their command lines."""
+    import psutil
+
+    windows = set()
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            found = dict(WINDOW_FLAG.findall(" ".join(proc.info["cmdline"] or [])))
+        except psutil.Error:
+            continue
+        if {"min", "max"} <= set(found):
+            windows.add((int(found["min"]), int(found["max"])))
+    return sorted(windows)
+
+
 def worker_window(rng: random.Random | None = None, tries: int = 50) -> tuple[int, int]:
-    """A random window of WORKER_WINDOW worker ports in WORKER_RANGE, each free now; (min, max) inclusive."""
+    """A random window of WORKER_WINDOW worker ports in WORKER_RANGE, each free now and in no running node's window.
+
+    Free is not enough: a node binds its window's ports only as workers (and drivers) start, so a second node
+    given the same window crashes the first worker that draws a port the other has taken.
+    """
     rng = rng or random.Random()
     lo, hi = WORKER_RANGE
+    claimed = claimed_windows()
     for _ in range(tries):
         first = lo + rng.randrange((hi - lo + 1) // WORKER_WINDOW) * WORKER_WINDOW
-        if all(port_is_free(p) for p in range(first, first + WORKER_WINDOW)):
-            return first, first + WORKER_WINDOW - 1
+        last = first + WORKER_WINDOW - 1
+        if any(a <= last and first <= b for a, b in claimed):
+            continue
+        if all(port_is_free(p) for p in range(first, last + 1)):
+            return first, last
     raise RuntimeError(f"no window of {WORKER_WINDOW} free ports in {lo}-{hi} after {tries} tries")
+
+
+PORT_LOCK = os.path.join(tempfile.gettempdir(), "rft-ray-ports.lock")
+
+
+@contextlib.contextmanager
+def port_lock() -> Iterator[None]:
+    """Held while a node's ports are chosen and the node starts, so two starts on the machine never share one."""
+    with open(PORT_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def start_command(temp_dir: str, num_gpus: int, num_cpus: int) -> list[str]:
@@ -129,17 +175,19 @@ def join_command(address: str, num_gpus: int, num_cpus: int) -> list[str]:
 def join(address: str, num_gpus: int, num_cpus: int, timeout: float = 180) -> None:
     """Start a second raylet on 127.0.0.1 that joins the head at `address`."""
     env = {**os.environ, **LOOPBACK_ENV, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
-    res = subprocess.run(join_command(address, num_gpus, num_cpus), capture_output=True, text=True, env=env,
-                         timeout=timeout)
+    with port_lock():
+        res = subprocess.run(join_command(address, num_gpus, num_cpus), capture_output=True, text=True, env=env,
+                             timeout=timeout)
     if res.returncode != 0:
         raise RuntimeError(f"ray start --address {address} failed ({res.returncode}):\n{res.stdout}{res.stderr}")
 
 
 def start(temp_dir: str, num_gpus: int, num_cpus: int) -> str:
     """Start a head node bound to 127.0.0.1 with `num_gpus` logical GPUs; returns its address."""
-    cmd = start_command(temp_dir, num_gpus, num_cpus)
-    port = cmd[cmd.index("--port") + 1]
-    res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **LOOPBACK_ENV})
+    with port_lock():
+        cmd = start_command(temp_dir, num_gpus, num_cpus)
+        port = cmd[cmd.index("--port") + 1]
+        res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **LOOPBACK_ENV})
     if res.returncode != 0:
         raise RuntimeError(f"ray start failed ({res.returncode}):\n{res.stdout}{res.stderr}")
     return f"127.0.0.1:{port}"

@@ -54,21 +54,49 @@ def test_start_command_gives_every_port_flag_its_own_value():
     assert last - first + 1 == local_ray.WORKER_WINDOW and not any(first <= int(v) <= last for v in values)
 
 
+class DrawsFirst(random.Random):
+    """A random draw whose first randrange is `index`: it offers worker_window a window chosen by the test."""
+
+    def __init__(self, index: int):
+        super().__init__(0)
+        self.first = index
+
+    def randrange(self, *args, **kwargs):
+        if self.first is not None:
+            index, self.first = self.first, None
+            return index
+        return super().randrange(*args, **kwargs)
+
+
+def window_of(address: str) -> tuple[int, int]:
+    """The worker window a running head was started with."""
+    ray_start = [p for p in local_ray.cluster_processes("/nonexistent", address) if "raylet" in p.name()]
+    found = dict(local_ray.WINDOW_FLAG.findall(" ".join(ray_start[0].cmdline())))
+    return int(found["min"]), int(found["max"])
+
+
 def run_task(address: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", TASK, address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, **local_ray.LOOPBACK_ENV})
 
 
 def test_two_private_heads_run_side_by_side_and_stop_apart():
-    """Two heads at once (what used to fail on port 10005), tasks on both at once; stopping one spares the other."""
+    """Two heads at once, each with ports of its own, tasks on both at once; stopping one spares the other."""
     with tempfile.TemporaryDirectory(prefix="rft-ray-a") as a, tempfile.TemporaryDirectory(prefix="rft-ray-b") as b:
         addr_a = local_ray.start(a, num_gpus=1, num_cpus=2)
         try:
+            # A's worker ports are not bound yet (no worker has started): its window is free, yet never drawn again.
+            window_a = window_of(addr_a)
+            assert window_a in local_ray.claimed_windows()
+            assert all(local_ray.port_is_free(p) for p in range(window_a[0], window_a[1] + 1))
+            index = (window_a[0] - local_ray.WORKER_RANGE[0]) // local_ray.WORKER_WINDOW
+            assert local_ray.worker_window(DrawsFirst(index)) != window_a
             addr_b = local_ray.start(b, num_gpus=2, num_cpus=2)
             try:
+                assert window_of(addr_b) != window_a
                 jobs = [run_task(addr_a), run_task(addr_b)]
                 outs = [j.communicate(timeout=240) for j in jobs]
-                assert [j.returncode for j in jobs] == [0, 0], outs
+                assert [j.returncode for j in jobs] == [0, 0], [err[-3000:] for _, err in outs]
                 assert [o[0].split() for o in outs] == [["1", "42"], ["2", "42"]]
                 assert local_ray.stop(a, addr_a) > 0
                 assert local_ray.cluster_processes(a, addr_a) == []
