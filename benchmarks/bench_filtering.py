@@ -5,15 +5,17 @@ one after the other in this one invocation, on the demo's *mixed* task (`python 
 a pool of prompts the tiny model answers right from the start (easy), never (hard: a two-digit label), and
 learnable ones (label 7, ~1/10 right at first); the built-in eval is on held-out learnable prompts.
 
-Both arms have the same flags (8 prompts x 8 samples per step, one optimizer step per step, cosine LR); the
-filtered arm adds DYNAMIC_FILTER=1 PROMPT_HISTORY=1, so its 8 prompts per step are 8 groups that teach, drawn
-from as many rollouts as that takes. The baseline runs 3x the steps (its cosine is 3x longer, which favours
-it) so that its samples to each target are measured rather than cut off at the filtered arm's budget. A step's rollout cost is
-rollout_batch_size x n (baseline) and prompts_per_accepted x rollout_batch_size x n (filtered: the dropped
-groups were generated too; skipped prompts cost nothing). Reported: uniform-group share of the rolled-out
-groups, rollout samples to each target eval pass@1, and each arm's pass@1 at the same sample budget.
+Both arms: 8 samples per prompt, one optimizer step per rollout step, cosine LR at --lr (1e-3). The baseline
+rolls out 8 prompts per step, of which ~2 teach at the start (~75% of its groups are uniform). The filtered arm
+adds DYNAMIC_FILTER=1 PROMPT_HISTORY=1 and trains on --filtered-rbs (2) accepted groups per step, drawn from as
+many rollouts as that takes: the same teaching groups per optimizer step, without the uniform ones around them.
+The baseline's 96 steps are more than it needs to reach each target, so its samples to a target are measured,
+not cut off. A step's rollout cost is rollout_batch_size x n (baseline) and prompts_per_accepted x
+rollout_batch_size x n (filtered: the dropped groups were generated too; skipped prompts cost nothing).
+Reported: uniform-group share of the rolled-out groups, rollout samples to each target eval pass@1, and each
+arm's pass@1 at the same sample budget.
 
-`python benchmarks/bench_filtering.py [--out runs/bench-filtering]` (about 15-30 min on 2 busy cores).
+`python benchmarks/bench_filtering.py [--out runs/bench-filtering]` (about 10 min on 2 busy cores).
 """
 
 from __future__ import annotations
@@ -35,6 +37,16 @@ ARMS = {
 }
 
 
+def arm_spec(name: str, filtered_rbs: int) -> dict:
+    """An arm's batch shape: the filtered arm takes `filtered_rbs` accepted groups per optimizer step."""
+    if name != "filtered" or filtered_rbs == SPEC["rbs"]:
+        return ARMS[name]
+    tbs = filtered_rbs * N
+    per_rank = tbs // 2  # the CPU profile's 2 actor ranks each need a micro-batch
+    return {**ARMS[name], "rbs": filtered_rbs, "tbs": tbs, "micro_train": min(SPEC["micro_train"], per_rank),
+            "micro_rollout": min(SPEC["micro_rollout"], per_rank)}
+
+
 def rows_of(run_dir: Path) -> tuple[list[dict], list[dict]]:
     """(train rows, eval rows) of a run's metrics log."""
     rows = [json.loads(x) for x in (run_dir / "metrics" / "training_metrics.jsonl").read_text().splitlines() if x]
@@ -43,7 +55,7 @@ def rows_of(run_dir: Path) -> tuple[list[dict], list[dict]]:
 
 def arm_figures(train: list[dict], evals: list[dict], rbs: int) -> dict:
     """Per-step cumulative rollout samples, eval pass@1 by step, uniform share of the rolled-out groups."""
-    cum, total, rolled, uniform = {}, 0.0, 0.0, 0.0
+    cum, total, rolled, uniform = {0: 0.0}, 0.0, 0.0, 0.0  # step 0: the eval before any rollout
     for r in train:
         ppa = r.get("prompts_per_accepted") or 1.0
         prompts = ppa * rbs
@@ -75,10 +87,11 @@ def pass_at_budget(evals: list[tuple[int, float, float]], budget: float) -> floa
     return within[-1] if within else None
 
 
-def run_arm(name: str, spec: dict, inputs: Path, out: Path, steps: int, pool: int, python: str) -> float:
+def run_arm(name: str, spec: dict, inputs: Path, out: Path, steps: int, pool: int, python: str, lr: str,
+            seed: int) -> float:
     """One train_grpo_cpu.sh run; returns its wall seconds."""
     episodes = steps * spec["rbs"] // pool
-    flags = ["--rollout_batch_size", str(spec["rbs"]), "--train_batch_size", str(spec["tbs"]),
+    flags = ["--actor_learning_rate", lr, "--seed", str(seed), "--rollout_batch_size", str(spec["rbs"]), "--train_batch_size", str(spec["tbs"]),
              "--micro_train_batch_size", str(spec["micro_train"]), "--num_episodes", str(episodes),
              "--micro_rollout_batch_size", str(spec["micro_rollout"]),
              "--max_samples", str(pool), "--eval_steps", "2", "--save_steps", "1000"]  # fmt: skip
@@ -98,7 +111,7 @@ def report(figs: dict, targets: list[float], mix: list[int], steps: str) -> str:
     """The markdown table of both arms."""
     b, f = figs["baseline"], figs["filtered"]
     lines = [
-        f"Mixed task: {mix[0]} learnable, {mix[1]} easy, {mix[2]} hard prompts; {steps} optimizer steps per arm.",
+        f"Mixed task: {mix[0]} learnable, {mix[1]} easy, {mix[2]} hard prompts; {steps}.",
         "",
         "| | baseline | filtered + history | ratio |",
         "|---|---:|---:|---:|",
@@ -124,13 +137,22 @@ def report(figs: dict, targets: list[float], mix: list[int], steps: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-filtering", help="run directories and results")
-    p.add_argument("--steps", type=int, default=32, help="optimizer steps of the filtered arm (default 32)")
+    p.add_argument("--steps", type=int, default=128,
+                   help="optimizer steps of the filtered arm (default 128: 2 passes' worth of 2-group steps)")
     p.add_argument("--baseline-steps", type=int, default=96,
                    help="optimizer steps of the baseline (default 96: long enough that its samples to a target are "
                         "measured, not cut off; a longer cosine, which favours it)")
     p.add_argument("--mix", type=int, nargs=3, default=[32, 8, 88], metavar=("LEARNABLE", "EASY", "HARD"))
     p.add_argument("--targets", type=float, nargs="+", default=[0.3, 0.5, 0.7], help="eval pass@1 targets")
     p.add_argument("--python", default=str(ROOT / ".venv-vllm" / "bin" / "python"), help="the vLLM venv's python")
+    p.add_argument("--lr", default="1e-3",
+                   help="actor learning rate of both arms (default 1e-3: learning takes several passes over the pool, "
+                        "where the history acts; train_grpo_cpu.sh's 5e-3 learns within the first pass)")
+    p.add_argument("--seed", type=int, default=42, help="OpenRLHF's --seed for both arms (default 42, its own)")
+    p.add_argument("--filtered-rbs", type=int, default=2,
+                   help="accepted prompt groups per optimizer step in the filtered arm (default 2: the teaching groups "
+                        "in the baseline's 8 prompts at its ~75%% uniform share); --steps must be a multiple of "
+                        "pool / this (whole passes)")
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="arms to run (default both)")
     a = p.parse_args(argv)
     if not Path(a.python).exists():
@@ -147,11 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in a.arms:
         if not (a.out / name / "metrics" / "training_metrics.jsonl").exists():
             steps = a.baseline_steps if name == "baseline" else a.steps
-            seconds[name] = run_arm(name, ARMS[name], inputs, a.out, steps, pool, a.python)
-        figs[name] = arm_figures(*rows_of(a.out / name), ARMS[name]["rbs"])
+            seconds[name] = run_arm(name, arm_spec(name, a.filtered_rbs), inputs, a.out, steps, pool, a.python,
+                                    a.lr, a.seed)
+        figs[name] = arm_figures(*rows_of(a.out / name), arm_spec(name, a.filtered_rbs)["rbs"])
     (a.out / "results.json").write_text(json.dumps({"figures": figs, "seconds": seconds, "mix": a.mix}, indent=1))
     if set(figs) == set(ARMS):
-        text = report(figs, a.targets, a.mix, f"{a.baseline_steps} (baseline) / {a.steps} (filtered)")
+        setup = (f"{a.baseline_steps} (baseline) / {a.steps} (filtered) optimizer steps, lr {a.lr}; filtered arm: "
+                 f"{a.filtered_rbs} accepted groups per step, baseline: {SPEC['rbs']} prompts per step")
+        text = report(figs, a.targets, a.mix, setup)
         (a.out / "results.md").write_text(text + "\n")
         print(text)
     return 0

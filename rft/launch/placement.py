@@ -85,10 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--address", required=True, help="the Ray cluster's GCS address (RAY_ADDRESS)")
     p.add_argument("--record-dir", required=True, type=Path, help="where the run's run_record_*.json is")
     a = p.parse_args(argv)
-    placement = query(a.address)
     record = newest_record(a.record_dir)
-    if record is None:
-        raise FileNotFoundError(f"no run_record_*.json in {a.record_dir}")
+    if record is None:  # the launch was refused before the driver wrote its record: nothing ran, nothing to add
+        print(f"placement: no run_record_*.json in {a.record_dir}: nothing recorded", file=sys.stderr)
+        return 0
+    placement = query(a.address)
     write_placement(record, placement)
     for role, nodes in placement["roles"].items():
         print(f"placement: {role} on node {', '.join(n[:12] for n in nodes)}", file=sys.stderr)

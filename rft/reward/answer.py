@@ -482,20 +482,10 @@ _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = set(_OPEN.values())
 
 
-def split_sequence(s: str) -> tuple[str, list[str], str] | None:
-    """Split `(a,b)`, `[a,b)`, `\\{a,b\\}` or a bare `a,b` into (open, items, close); None if not a list."""
-    opener, closer, body = "", "", s
-    if s.startswith("\\{") and s.endswith("\\}"):
-        opener, closer, body = "\\{", "\\}", s[2:-2]
-    elif len(s) >= 2 and s[0] in "([" and s[-1] in ")]":
-        opener, closer, body = s[0], s[-1], s[1:-1]
-    items, depth, start, i = [], 0, 0, 0
-    while i < len(body):
-        c = body[i]
-        if c == "\\" and i + 1 < len(body) and body[i + 1] in "{}":
-            depth += 1 if body[i + 1] == "{" else -1
-            i += 2
-            continue
+def split_items(body: str) -> list[str] | None:
+    """The top-level comma-separated items of `body`, stripped; None when its brackets do not balance."""
+    items, depth, start = [], 0, 0
+    for i, c in enumerate(body):  # an escaped brace `\{` counts as its brace: sets nest like groups
         if c in _OPEN:
             depth += 1
         elif c in _CLOSE:
@@ -505,15 +495,29 @@ def split_sequence(s: str) -> tuple[str, list[str], str] | None:
         elif c == "," and depth == 0:
             items.append(body[start:i].strip())
             start = i + 1
-        i += 1
     if depth != 0:
         return None
     items.append(body[start:].strip())
-    if len(items) < 2 and not opener:
-        return None
-    if len(items) < 2 and opener in "([":
-        return None  # a parenthesised single value is just that value
-    return opener, items, closer
+    return items
+
+
+def split_sequence(s: str) -> tuple[str, list[str], str] | None:
+    """Split `(a,b)`, `[a,b)`, `\\{a,b\\}` or a bare `a,b` into (open, items, close); None if not a list.
+
+    Outer brackets that do not enclose the whole text (`(1,2),(3,4)`) are read as items of a bare list.
+    """
+    if s.startswith("\\{") and s.endswith("\\}"):
+        opener, closer, body = "\\{", "\\}", s[2:-2]
+    elif len(s) >= 2 and s[0] in "([" and s[-1] in ")]":
+        opener, closer, body = s[0], s[-1], s[1:-1]
+    else:
+        opener = closer = body = ""
+    items = split_items(body) if opener else None
+    if items is not None:
+        # a parenthesised single value is just that value; a one-element set is a set
+        return (opener, items, closer) if len(items) >= 2 or opener == "\\{" else None
+    items = split_items(s)
+    return ("", items, "") if items is not None and len(items) >= 2 else None
 
 
 def _looks_like_words(s: str) -> bool:

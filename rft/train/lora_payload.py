@@ -99,7 +99,7 @@ def decode_tensor(enc: Mapping[str, Any]) -> torch.Tensor:
             f"encoded tensor has {len(data)} bytes, shape {shape} {enc['dtype']} needs "
             f"{math.prod(shape) * itemsize}"
         )
-    if not shape or math.prod(shape) == 0:
+    if math.prod(shape) == 0:  # no bytes to view (a 0-d tensor has one element and goes below)
         return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape)
 

@@ -579,6 +579,13 @@ def test_last_box_fields(text: str, box) -> None:
         ("X,1)", None),
         ("(1,2X", None),
         ("5", None),
+        # outer brackets that close early: a bare list of bracketed items
+        ("\\{1,2\\},\\{3\\}", ("", ["\\{1,2\\}", "\\{3\\}"], "")),
+        ("(1,2),(3,4)", ("", ["(1,2)", "(3,4)"], "")),
+        ("[0,1),[2,3]", ("", ["[0,1)", "[2,3]"], "")),
+        ("(1)(2)", None),
+        ("(((1,2),3),4)", ("(", ["((1,2),3)", "4"], ")")),  # groups nest to any depth
+        ("\\{1\\}\\{2\\}", None),
     ],
 )
 def test_split_sequence_nesting(text: str, parts) -> None:
@@ -593,7 +600,24 @@ def test_split_sequence_nesting(text: str, parts) -> None:
         ("(\\{1,2\\},3)", "(\\{2,1\\},3)", True),
         ("(\\{1,2\\},3)", "(3,\\{1,2\\})", False),
         ("\\{5\\}", "5", False),  # a set is not its element
+        ("\\{1,2\\},\\{3\\}", "\\{2,1\\},\\{3\\}", True),  # a list of two sets is not a set of three items
+        ("\\{1,2\\},\\{3\\}", "\\{1,2,3\\}", False),
+        ("\\{1,2\\},\\{3\\}", "\\{3\\},\\{1,2\\}", True),  # a bare list (several answers) is unordered
+        ("(1,2),(3,4)", "(3,4),(1,2)", True),
+        ("(1,2),(3,4)", "(1,2),(4,3)", False),  # its items keep their own kind: tuples stay ordered
+        ("(1,2),(3,4)", "(1,2,3,4)", False),
     ],
 )
 def test_nested_sequences(pred: str, gold: str, equal: bool) -> None:
     assert answers_equal(pred, gold) is equal
+
+
+def test_a_missing_answer_or_label_is_never_equal() -> None:
+    assert answers_equal(None, "5") is False and answers_equal("5", None) is False and answers_equal(None, None) is False
+
+
+def test_undecided_stays_undecided() -> None:
+    # the fast path cannot compare trigonometric items: without the symbolic checker that is "not shown equal"
+    assert answers_equal("\\sin x", "\\cos x", symbolic=False) is False
+    # an unordered comparison with an undecidable pair is undecided, not "different", even if a later pair differs
+    assert compare_fast(normalize_answer("\\{3, \\sin x\\}"), normalize_answer("\\{\\cos x, 4\\}")) is None

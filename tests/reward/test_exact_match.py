@@ -14,15 +14,23 @@ from pathlib import Path
 import pytest
 import torch
 
+from rft.reward import exact_match
 from rft.reward.exact_match import (
     EXTRA_LOG_KEYS,
     Grade,
+    as_tensors,
+    as_text,
+    batch_rows,
     grade,
     harmony_final,
+    harmony_messages,
     isolate_response,
     make_reward_func,
     reward_value,
+    safe_grade,
     scheme_from_env,
+    scored_region,
+    user_message,
 )
 from tests.reward.openrlhf_path import run_through_openrlhf
 from tests.reward.prompts import HARMONY_PROMPT, QWEN_PROMPT, harmony
@@ -134,7 +142,8 @@ def test_boxed_in_final() -> None:
 
 
 @pytest.mark.parametrize("label", [None, "", "   ", b"", True])
-def test_bad_labels_score_and_log(label, caplog) -> None:
+def test_bad_labels_score_and_log(label, caplog, monkeypatch) -> None:
+    monkeypatch.setattr(exact_match._warn_label, "count", 0)  # the rate limit counts across tests
     with caplog.at_level(logging.WARNING, logger="rft.reward.exact_match"):
         g = grade("\\boxed{5}<|im_end|>", label)
     assert not g.correct and g.has_answer
@@ -299,7 +308,8 @@ def test_loads_from_a_checkout_without_install(tmp_path: Path) -> None:
     assert proc.stdout.strip() == "[1.0, 1.0, 1.0, 0.0]"
 
 
-def test_isolation_is_bounded_on_large_mismatched_input(caplog) -> None:
+def test_isolation_is_bounded_on_large_mismatched_input(caplog, monkeypatch) -> None:
+    monkeypatch.setattr(exact_match._warn_isolation, "count", 0)  # the rate limit counts across tests
     query = "x" * 1_000_000 + " a" * 200_000
     prompt = "y z " * 300 + "w" * 100
     start = time.perf_counter()
@@ -341,3 +351,176 @@ def test_truncated_responses_get_no_fallback_credit_through_reward_func(body: st
         assert out["scores"].tolist() == [1.0, 0.0, 1.0]
         assert out["extra_logs"]["truncated_response"].tolist() == [0.0, 1.0, 1.0]
         assert out["extra_logs"]["has_boxed"].tolist() == [0.0, float("\\boxed" in body), 1.0]
+
+
+# ----------------------------------------------------------------- isolation when the prompt is not in the query
+
+CHATML = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize(
+    ("query", "response"),
+    [
+        # the header after the *last* user turn, not the first assistant turn, not a header the model wrote
+        (CHATML.format("A") + "old<|im_end|>\n" + CHATML.format("B") + "new <|im_start|>assistant\nmore", "new <|im_start|>assistant\nmore"),
+        (CHATML.format("only") + "R", "R"),  # the user marker at offset 0
+        ("<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistantR", "R"),  # no newline after the header
+        ("<|start|>user<|message|>Q<|end|><|start|>assistant<|channel|>final<|message|>R", "<|channel|>final<|message|>R"),
+    ],  # fmt: skip
+)
+def test_isolation_falls_back_to_the_header_after_the_last_user_turn(query: str, response: str) -> None:
+    # a prompt that matches nothing in the query (re-templated): only the chat markup can place the response
+    assert isolate_response(query, "an unrelated prompt text, re-rendered") == response
+
+
+@pytest.mark.parametrize(
+    ("prompt", "query", "response"),
+    [
+        ("abcd efgh", "abcd  efghRESP", "RESP"),  # 8 characters besides spaces are enough to align
+        ("Solve: what is one plus one? Answer in a box.", "Solve:  what is  one plus one?\nAnswer in a box.RESP", "RESP"),
+        # a left-truncated, re-spaced prompt: only its last 64 non-space characters are aligned
+        ("X" + "y" * 64, "Z" + " y" * 64 + "RESP", "RESP"),
+    ],  # fmt: skip
+)
+def test_isolation_aligns_a_re_spaced_prompt(prompt: str, query: str, response: str) -> None:
+    assert isolate_response(query, prompt) == response
+
+
+T24 = "abcdefghijklmnopqrstuvwx"  # 24 characters
+
+
+@pytest.mark.parametrize(
+    ("prompt", "query", "response"),
+    [
+        # the whole prompt found after a BOS: its first occurrence ends it, even if the response repeats it
+        ("abcdefghij", "Xabcdefghij R abcdefghij S", " R abcdefghij S"),
+        # the longest tail found wins over a shorter one that also occurs earlier in the query
+        ("H" * 100 + "ZZZZZ" + T24 + "0123456789." + T24, "ZZZZZ" + T24 + "0123456789." + T24 + "R", "R"),
+        ("q" + "H" * 232 + T24, "H" * 40 + T24 + "x" + "H" * 232 + T24 + "R", "R"),
+        # a left-truncated prompt of which only the last 24 characters survive
+        ("m" * 50 + "k" + T24, "j" + T24 + "R", "R"),
+        # an 8-character prompt is found as it is, not aligned across spaces to an earlier look-alike
+        ("abcdefgh", "Xa b c d e f g h Y abcdefghR", "R"),
+        # alignment reads the prompt's last 512 characters: here 7 non-space ones, too few to align on
+        ("Q" + " " * 505 + "abcdefg", "Q abcdefgR", ""),
+    ],  # fmt: skip
+)
+def test_isolation_by_the_prompt_tail(prompt: str, query: str, response: str) -> None:
+    assert isolate_response(query, prompt) == response
+
+
+def test_isolation_gives_up_after_the_prompt_length_and_says_so(caplog, monkeypatch) -> None:
+    monkeypatch.setattr(exact_match._warn_isolation, "count", 0)
+    with caplog.at_level(logging.WARNING, logger="rft.reward.exact_match"):
+        assert isolate_response("0123456789", "qqqq") == "456789"
+    (record,) = [r for r in caplog.records if "could not locate" in r.getMessage()]
+    assert record.getMessage() == (
+        "rft.reward.exact_match: could not locate the prompt in the query (query 10 chars, prompt 4 chars); "
+        "scoring the text after the first 4 characters [occurrence 1]"
+    )
+
+
+# ----------------------------------------------------------------- what reaches grade: text, labels, regions
+
+
+def test_as_text_coerces_what_arrives() -> None:
+    assert as_text(None) == "" and as_text(5) == "5" and as_text("s") == "s"
+    assert as_text(b"\\boxed{5}") == "\\boxed{5}" and as_text(b"5\xff") == "5\ufffd"
+
+
+def test_byte_labels_are_decoded_leniently() -> None:
+    assert grade("\\boxed{5}<|im_end|>", b"5").correct
+    g = grade("\\boxed{5}<|im_end|>", b"5\xff")  # an undecodable byte: a wrong label, not a crash
+    assert not g.correct and not g.label_missing
+
+
+@pytest.mark.parametrize(("label", "shown"), [(True, "label is True"), ("   ", "label is empty ('   ')")])
+def test_bad_label_log_names_the_label(label, shown: str, caplog, monkeypatch) -> None:
+    monkeypatch.setattr(exact_match._warn_label, "count", 0)
+    with caplog.at_level(logging.WARNING, logger="rft.reward.exact_match"):
+        grade("\\boxed{5}<|im_end|>", label)
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert msg.startswith(f"rft.reward.exact_match: {shown}; the sample is scored as having no correct answer")
+
+
+def test_the_first_end_of_turn_ends_the_content() -> None:
+    assert grade("\\boxed{3}<|im_end|>\\boxed{4}<|im_end|>", "3").correct  # what follows the turn is not read
+    assert not grade("<|im_end|>\\boxed{4}", "4").has_answer  # an end of turn at offset 0: empty content
+
+
+def test_scored_region() -> None:
+    assert scored_region("abc<|im_end|>def") == ("abc", 0)
+    assert scored_region("abcdef", 2) == ("ab", 0)  # a content length given is used as is
+    # Harmony decoded without its tokens: after the last `assistantfinal`
+    assert scored_region("analysisthink assistantfinal no assistantfinal ANSWER") == (" ANSWER", 46)
+    # without the `analysis` start the word is just text
+    assert scored_region("the word assistantfinal \\boxed{3}") == ("the word assistantfinal \\boxed{3}", 0)
+
+
+def test_boxed_in_final_counts_a_box_ending_at_the_fraction() -> None:
+    # the box ends at 16 of 20 content characters: exactly BOXED_IN_FINAL_FRACTION
+    assert grade("abcdefg\\boxed{3}wxyz<|im_end|>", "3").boxed_in_final
+    assert not grade("abcdefg\\boxed{3}wxyz!<|im_end|>", "3").boxed_in_final
+
+
+def test_user_message_and_harmony_messages() -> None:
+    chat = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    assert user_message(chat) == "What is 2+2?"
+    assert user_message("  plain prompt ") == "plain prompt"
+    assert user_message("<|start|>user<|message|>Q1<|end|><|start|>assistant") == "Q1"
+    two_turns = CHATML.format("first") + "answer<|im_end|>\n" + CHATML.format("second")
+    assert user_message(two_turns) == "second"  # the last user turn
+    assert user_message(two_turns + "prefill <|im_start|>assistant\n") == "second"
+    assert user_message("<|im_start|>user\nHello") == "Hello"  # no assistant header after it
+    text = "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>\\boxed{4}<|return|>"
+    assert harmony_messages(text) == [("analysis", "think"), ("final", "\\boxed{4}")]
+    assert harmony_messages("<|channel|>Final<|message|>open") == [("final", "open")]
+    assert harmony_messages("no markup") == []
+
+
+# ----------------------------------------------------------------- the batch as OpenRLHF sees it
+
+
+def test_batch_rows_pads_missing_prompts_and_labels() -> None:
+    assert batch_rows(["q1", "q2"], ["p1"], None) == [("q1", "p1", None), ("q2", "", None)]
+    assert batch_rows(["q1"], ["p1", "p2"], ["1", "2"]) == [("q1", "p1", "1")]
+
+
+def test_as_tensors_keeps_each_row_in_its_place(monkeypatch) -> None:
+    out = as_tensors([1.0, 0.0], [0.5, 0.25], {"a": [2.0, 3.0], "b": [4.0, 5.0]})
+    assert out["rewards"].tolist() == [1.0, 0.0] and out["scores"].tolist() == [0.5, 0.25]
+    assert {k: v.tolist() for k, v in out["extra_logs"].items()} == {"a": [2.0, 3.0], "b": [4.0, 5.0]}
+    monkeypatch.setitem(sys.modules, "torch", None)  # without torch: the same keys, plain lists
+    assert as_tensors([1.0], [0.5], {"a": [2.0]}) == {"rewards": [1.0], "scores": [0.5], "extra_logs": {"a": [2.0]}}
+
+
+def test_a_grading_error_is_logged_and_scored_as_no_answer(caplog, monkeypatch) -> None:
+    class Hostile:
+        def __str__(self) -> str:
+            raise RuntimeError("boom")
+
+    monkeypatch.setattr(exact_match._warn_error, "count", 0)
+    with caplog.at_level(logging.WARNING, logger="rft.reward.exact_match"):
+        assert safe_grade("\\boxed{5}<|im_end|>", "", Hostile()) == exact_match.NO_GRADE
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert msg == "rft.reward.exact_match: grading failed (RuntimeError: boom); sample scored as no answer [occurrence 1]"
+
+
+def test_scheme_names() -> None:
+    assert scheme_from_env({"RFT_REWARD_SCHEME": "  "}) == "binary"  # blank: the default
+    assert make_reward_func("binary").scheme == "binary"
+    with pytest.raises(ValueError, match=r"unknown reward scheme 'nope'; use one of \['binary'"):
+        make_reward_func("nope")
+
+
+def test_rate_limited_log_logs_the_first_then_every_nth(caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="rft.reward.exact_match"):
+        limited = exact_match._RateLimitedLog(first=2, every=3)
+        for _ in range(7):
+            limited("m %s", "x")
+        assert [r.getMessage() for r in caplog.records] == [f"m x [occurrence {n}]" for n in (1, 2, 3, 6)]
+        caplog.clear()
+        default = exact_match._RateLimitedLog()
+        for _ in range(2000):
+            default("d")
+    assert [r.getMessage() for r in caplog.records] == [f"d [occurrence {n}]" for n in (*range(1, 21), 1000, 2000)]

@@ -200,3 +200,158 @@ def test_a_failure_on_rank1_stops_every_rank_with_its_message():
         assert message.strip() == (
             "LoRA sync to vLLM failed on rank 1, stopping every rank: RuntimeError: rank 1 lost its adapter shard"
         )
+
+
+@pytest.mark.parametrize(
+    ("setting", "refusal"),
+    [
+        ({"use_dora": True}, "use_dora=True (magnitude vectors are not merged)"),
+        ({"fan_in_fan_out": True}, "fan_in_fan_out=True (Conv1D layout)"),
+        ({"bias": "lora_only"}, "bias='lora_only' (trained biases are not synced)"),
+        ({"modules_to_save": ["lm_head"]}, "modules_to_save (full modules are not synced)"),
+        ({"target_parameters": ["mlp.experts.gate_up_proj"]}, "target_parameters (parameter-level LoRA on experts)"),
+    ],
+)
+def test_each_config_the_merge_cannot_carry_is_refused_by_name(setting, refusal):
+    peft_model, lcfg = _peft(targets=["q_proj"])
+    named = {n: p.data for n, p in lora_parameters(peft_model)}
+    for config in (dict(lcfg.to_dict(), **setting), type("Cfg", (), dict(lcfg.to_dict(), **setting))()):
+        with pytest.raises(LoraSyncError) as err:  # a dict and an object with attributes alike
+            build_payload(named, config)
+        assert str(err.value) == f"LoRA config not supported by the merge sync: {refusal}"
+    both = dict(lcfg.to_dict(), use_dora=True, bias="all")
+    with pytest.raises(LoraSyncError, match=r"sync: use_dora=True \(magnitude vectors are not merged\); bias='all'"):
+        build_payload(named, both)
+    # the defaults a minimal config leaves out are the supported ones
+    minimal = {"r": 4, "lora_alpha": 8}
+    assert build_payload(named, minimal)["num_modules"] == 2
+    assert build_payload(named, type("Cfg", (), minimal)())["modules"][0]["scaling"] == 2.0
+
+
+def test_rank_pattern_gives_each_module_its_rank():
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64)
+    lcfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], rank_pattern={"v_proj": 2})
+    named = {n: p.data for n, p in lora_parameters(get_peft_model(LlamaForCausalLM(cfg), lcfg))}
+    payload = build_payload(named, lcfg)
+    ranks = {m["name"]: decode_tensor(m["A"]).shape[0] for m in payload["modules"]}
+    assert ranks == {"model.layers.0.self_attn.q_proj.weight": 4, "model.layers.0.self_attn.v_proj.weight": 2}
+    assert payload["version"] == 0 and payload["adapter"] == "default"
+    assert {m["scaling"] for m in payload["modules"]} == {2.0, 4.0}  # alpha / r per module
+    with pytest.raises(LoraSyncError, match=r"v_proj: lora_A \(2, 32\) / lora_B \(16, 2\) do not match r=4; under"):
+        build_payload(named, dict(lcfg.to_dict(), rank_pattern={}))
+
+
+SYNC_RANK_N = """
+import sys, datetime, torch.distributed as dist
+from rft.train.lora_payload import LoraSyncError, raise_if_failed_on_any_rank
+rank = int(sys.argv[2])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=rank, world_size=3,
+                        timeout=datetime.timedelta(seconds=30))
+failures = {1: (RuntimeError("rank 1 lost its shard"), RuntimeError("rank 1 again"), None),
+            2: (RuntimeError("rank 2 lost it too"), None, None)}[rank]
+for failure in failures:
+    try:
+        raise_if_failed_on_any_rank(failure)
+        print("OK", flush=True)
+    except LoraSyncError as e:
+        print(e, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_the_gathered_outcome_names_the_first_failing_rank_and_the_others():
+    """This process is rank 0 of a 3-rank gloo group (subprocesses are ranks 1 and 2): three syncs, every rank
+    failing, then rank 1 alone, then none; each rank reads the same outcome of all of them."""
+    import datetime
+
+    import torch.distributed as dist
+
+    port = str(free_port())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    others = [subprocess.Popen([sys.executable, "-c", SYNC_RANK_N, port, str(r)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env) for r in (1, 2)]
+    seen = []
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=3,
+                                timeout=datetime.timedelta(seconds=30))
+        try:
+            for failure in (ValueError("rank 0 too"), None, None):
+                try:
+                    raise_if_failed_on_any_rank(failure)
+                    seen.append("OK")
+                except LoraSyncError as e:
+                    seen.append(str(e))
+        finally:
+            dist.destroy_process_group()
+        outs = [p.communicate(timeout=60) for p in others]
+    finally:
+        for p in others:
+            p.kill()
+    every = "LoRA sync to vLLM failed on rank 0 (also rank(s) 1, 2), stopping every rank: ValueError: rank 0 too"
+    alone = "LoRA sync to vLLM failed on rank 1, stopping every rank: RuntimeError: rank 1 again"
+    assert seen == [every, alone, "OK"]
+    for out, err in outs:
+        assert out.splitlines() == [every, alone, "OK"], err[-2000:]
+
+
+def _module_tensors(a_shape, b_shape) -> dict[str, torch.Tensor]:
+    base = "base_model.model.model.layers.0.self_attn.q_proj"
+    return {f"{base}.lora_A.default.weight": torch.zeros(a_shape), f"{base}.lora_B.default.weight": torch.zeros(b_shape)}
+
+
+Q = "base_model.model.model.layers.0.self_attn.q_proj"
+CFG = {"r": 4, "lora_alpha": 8}
+ZERO3 = "under ZeRO-3 gather them first (deepspeed.zero.GatheredParameters)"
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: build_payload({f"{Q}.lora_B.default.weight": torch.zeros(8, 4)}, CFG),
+         f"{Q}: has lora_B but not its partner"),
+        (lambda: build_payload({f"{Q}.lora_A.default.weight": torch.zeros(4, 8)}, CFG),
+         f"{Q}: has lora_A but not its partner"),
+        (lambda: build_payload(_module_tensors((3, 8), (8, 4)), CFG),
+         f"{Q}: lora_A (3, 8) / lora_B (8, 4) do not match r=4; " + ZERO3),
+        (lambda: build_payload(_module_tensors((4, 8), (8,)), CFG), f"{Q}: lora_A (4, 8) / lora_B (8,) do not match r=4; " + ZERO3),
+        (lambda: build_payload(_module_tensors((4,), (8, 4)), CFG), f"{Q}: lora_A (4,) / lora_B (8, 4) do not match r=4; " + ZERO3),
+        (lambda: decode_payload({"format": "other/1"}), "payload format 'other/1', expected 'rft-lora-sync/1'"),
+        (lambda: decode_payload({"format": "rft-lora-sync/1", "modules": [], "num_modules": 2}),
+         "payload carries 0 modules but declares 2"),
+        (lambda: decode_payload({"format": "rft-lora-sync/1", "num_modules": 1, "modules": [
+            {"name": "w", "scaling": 1.0, "A": encode_tensor(torch.zeros(4)), "B": encode_tensor(torch.zeros(8, 4))}]}),
+         "w: A (4,) and B (8, 4) do not chain"),
+        (lambda: decode_tensor({"shape": [2], "data": b""}), "malformed encoded tensor: KeyError('dtype')"),
+        (lambda: decode_tensor({"dtype": "float32", "shape": [2], "data": [0.0, 1.0]}),
+         "encoded tensor data is list, expected bytes"),
+        (lambda: decode_tensor({"dtype": "float32", "shape": [2], "data": b"\0" * 4}),
+         "encoded tensor has 4 bytes, shape [2] float32 needs 8"),
+        (lambda: encode_tensor(torch.zeros(2, dtype=torch.complex64)), "cannot encode tensor of dtype torch.complex64"),
+        (lambda: check_same_targets([f"m{i}" for i in range(2)], [f"n{i}" for i in range(7)]),
+         "payload targets differ from the first sync: unknown ['n0', 'n1', 'n2', 'n3', 'n4'], missing ['m0', 'm1'] "
+         "(7 unknown, 2 missing)"),
+        (lambda: check_apply_results([], {"num_modules": 1}), "no vLLM worker reported a LoRA sync"),
+    ],  # fmt: skip
+)
+def test_every_refusal_says_what_is_wrong(call, message):
+    with pytest.raises(LoraSyncError) as err:
+        call()
+    assert str(err.value) == message
+
+
+def test_tensors_of_no_elements_and_of_one_roundtrip():
+    for t in (torch.empty(0, 3, dtype=torch.bfloat16), torch.tensor([3.5]), torch.tensor(2.25, dtype=torch.float16)):
+        back = decode_tensor(encode_tensor(t))
+        assert back.dtype == t.dtype and back.shape == t.shape and torch.equal(back, t)
+
+
+def test_only_the_adapters_lora_weights_are_collected_whatever_comes_first():
+    peft_model, lcfg = _peft(targets=["q_proj"])
+    named = {n: p.data for n, p in lora_parameters(peft_model)}
+    other = {n.replace(".default.", ".other."): t for n, t in named.items()}
+    mixed = {"model.embed_tokens.weight": torch.zeros(2, 2), **other, **named}  # a base weight, another adapter
+    assert build_payload(mixed, lcfg) == build_payload(named, lcfg)
