@@ -15,7 +15,7 @@ rollout_batch_size x n (filtered: the dropped groups were generated too; skipped
 Reported: uniform-group share of the rolled-out groups, rollout samples to each target eval pass@1, and each
 arm's pass@1 at the same sample budget.
 
-`python benchmarks/bench_filtering.py [--out runs/bench-filtering]` (about 10 min on 2 busy cores).
+`python benchmarks/bench_filtering.py [--out runs/bench-filtering]` (about 8 min per seed on 2 busy cores; 3 seeds).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -134,6 +135,24 @@ def report(figs: dict, targets: list[float], mix: list[int], steps: str) -> str:
     return "\n".join(lines)
 
 
+def summary(per_seed: dict[int, dict], targets: list[float]) -> str:
+    """Baseline / filtered rollout samples to each target, per seed and their median."""
+    lines = ["| rollout samples to eval pass@1 (baseline / filtered) | "
+             + " | ".join(f"seed {s}" for s in per_seed) + " | median ratio |",
+             "|---|" + "---:|" * (len(per_seed) + 1)]
+    for t in targets:
+        cells, ratios = [], []
+        for figs in per_seed.values():
+            sb, sf = samples_to(figs["baseline"]["evals"], t), samples_to(figs["filtered"]["evals"], t)
+            cells.append(f"{sb if sb is None else f'{sb:.0f}'} / {sf if sf is None else f'{sf:.0f}'}"
+                         + (f" = {sb / sf:.2f}x" if sb and sf else ""))
+            ratios.append(sb / sf if sb and sf else None)
+        known = [r for r in ratios if r is not None]
+        median = f"{statistics.median(known):.2f}x" if len(known) == len(ratios) else "-"
+        lines.append(f"| >= {t:g} | " + " | ".join(cells) + f" | {median} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-filtering", help="run directories and results")
@@ -148,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", default="1e-3",
                    help="actor learning rate of both arms (default 1e-3: learning takes several passes over the pool, "
                         "where the history acts; train_grpo_cpu.sh's 5e-3 learns within the first pass)")
-    p.add_argument("--seed", type=int, default=42, help="OpenRLHF's --seed for both arms (default 42, its own)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44],
+                   help="OpenRLHF's --seed: both arms run once per seed, in --out/seed-N (default 42 43 44); the "
+                        "summary gives each seed's ratios and their median")
     p.add_argument("--filtered-rbs", type=int, default=2,
                    help="accepted prompt groups per optimizer step in the filtered arm (default 2: the teaching groups "
                         "in the baseline's 8 prompts at its ~75%% uniform share); --steps must be a multiple of "
@@ -165,19 +186,28 @@ def main(argv: list[str] | None = None) -> int:
                         "--mix", *map(str, a.mix)], check=True, cwd=ROOT,
                        env={**os.environ, "TORCHDYNAMO_DISABLE": "1", "OMP_NUM_THREADS": "1"})  # fmt: skip
     pool = sum(a.mix)
-    figs, seconds = {}, {}
-    for name in a.arms:
-        if not (a.out / name / "metrics" / "training_metrics.jsonl").exists():
-            steps = a.baseline_steps if name == "baseline" else a.steps
-            seconds[name] = run_arm(name, arm_spec(name, a.filtered_rbs), inputs, a.out, steps, pool, a.python,
-                                    a.lr, a.seed)
-        figs[name] = arm_figures(*rows_of(a.out / name), arm_spec(name, a.filtered_rbs)["rbs"])
-    (a.out / "results.json").write_text(json.dumps({"figures": figs, "seconds": seconds, "mix": a.mix}, indent=1))
-    if set(figs) == set(ARMS):
-        setup = (f"{a.baseline_steps} (baseline) / {a.steps} (filtered) optimizer steps, lr {a.lr}; filtered arm: "
-                 f"{a.filtered_rbs} accepted groups per step, baseline: {SPEC['rbs']} prompts per step")
-        text = report(figs, a.targets, a.mix, setup)
-        (a.out / "results.md").write_text(text + "\n")
+    setup = (f"{a.baseline_steps} (baseline) / {a.steps} (filtered) optimizer steps, lr {a.lr}; filtered arm: "
+             f"{a.filtered_rbs} accepted groups per step, baseline: {SPEC['rbs']} prompts per step")
+    per_seed = {}
+    for seed in a.seeds:
+        out = a.out / f"seed-{seed}"
+        out.mkdir(exist_ok=True)
+        figs, seconds = {}, {}
+        for name in a.arms:
+            if not (out / name / "metrics" / "training_metrics.jsonl").exists():
+                steps = a.baseline_steps if name == "baseline" else a.steps
+                seconds[name] = run_arm(name, arm_spec(name, a.filtered_rbs), inputs, out, steps, pool, a.python,
+                                        a.lr, seed)
+            figs[name] = arm_figures(*rows_of(out / name), arm_spec(name, a.filtered_rbs)["rbs"])
+        (out / "results.json").write_text(json.dumps({"figures": figs, "seconds": seconds, "mix": a.mix}, indent=1))
+        if set(figs) == set(ARMS):
+            text = report(figs, a.targets, a.mix, f"{setup}; seed {seed}")
+            (out / "results.md").write_text(text + "\n")
+            print(text + "\n")
+            per_seed[seed] = figs
+    if len(per_seed) > 1:
+        text = summary(per_seed, a.targets)
+        (a.out / "summary.md").write_text(text + "\n")
         print(text)
     return 0
 

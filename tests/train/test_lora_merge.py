@@ -9,6 +9,7 @@ exactly as each vLLM worker would.
 
 from __future__ import annotations
 
+import math
 import pickle
 
 import pytest
@@ -222,6 +223,19 @@ def test_bf16_rounding_report():
     assert big["swallowed"] < 0.05 and big["rel_error"] < 0.05
 
 
+def test_bf16_rounding_report_on_a_case_worked_by_hand():
+    w0 = torch.tensor([1.0, 1.0, 2.0, 0.5], dtype=torch.bfloat16)
+    # 0 is left out; 2^-9 is under half a bf16 step at 1.0 (2^-8): swallowed; 2^-6 and 0.25 land exactly
+    delta = torch.tensor([0.0, 2.0**-9, 2.0**-6, 0.25])
+    dn = math.sqrt(2.0**-18 + 2.0**-12 + 0.0625)
+    got = bf16_rounding_report(w0, delta)
+    assert got == pytest.approx({"swallowed": 1 / 3, "realized_norm_ratio": math.sqrt(2.0**-12 + 0.0625) / dn,
+                                 "rel_error": 2.0**-9 / dn, "elements": 3}, rel=1e-6)
+    empty = bf16_rounding_report(w0, torch.zeros(4))
+    assert set(empty) == {"swallowed", "realized_norm_ratio", "rel_error", "elements"} and empty["elements"] == 0
+    assert all(math.isnan(empty[k]) for k in ("swallowed", "realized_norm_ratio", "rel_error"))
+
+
 class _StridedModel(nn.Module):
     """A loader that scatters permuted source rows into every other row (exercises index placements)."""
 
@@ -262,3 +276,29 @@ def test_non_contiguous_placement_and_non_narrowing_loader():
     with pytest.raises(LoraSyncError, match="narrowing"):
         LoraMergeApplier(scaled).apply(_single_payload(a, b))
     assert torch.equal(scaled.model.layers[0].proj.weight, w0)
+
+
+def test_targets_landing_on_the_same_rows_of_a_parameter_are_refused():
+    from rft.train.lora_merge import _Placement
+
+    def at(rows, param="qkv"):
+        return _Placement(param, rows, slice(0, 4), rows, slice(0, 4), (8, 4))
+
+    apart = {"q": at(slice(0, 4)), "k": at(torch.tensor([4, 5])), "other": at(slice(0, 4), param="o")}
+    LoraMergeApplier._check_disjoint(apart)  # disjoint rows, or another parameter: fine
+    with pytest.raises(LoraSyncError) as err:  # overlaps the first target, not the one just before it
+        LoraMergeApplier._check_disjoint({**apart, "v": at(torch.tensor([6, 2]))})
+    assert str(err.value) == "v: overlaps another target in qkv"
+
+
+def test_a_loader_that_refuses_a_tensor_is_named_with_its_shape_and_error():
+    class Refusing(nn.Module):
+        def load_weights(self, weights):
+            raise ValueError("size mismatch for qkv_proj")
+
+    with pytest.raises(LoraSyncError) as err:
+        LoraMergeApplier(Refusing())._load("model.layers.0.self_attn.q_proj.weight", torch.zeros(6, 4))
+    assert str(err.value) == (
+        "model.layers.0.self_attn.q_proj.weight: vLLM's load_weights refused a (6, 4) tensor "
+        "(ValueError: size mismatch for qkv_proj); the adapter does not fit the served model"
+    )

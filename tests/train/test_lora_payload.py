@@ -248,8 +248,8 @@ def test_rank_pattern_gives_each_module_its_rank():
 SYNC_RANK_N = """
 import sys, datetime, torch.distributed as dist
 from rft.train.lora_payload import LoraSyncError, raise_if_failed_on_any_rank
-rank = int(sys.argv[2])
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=rank, world_size=3,
+rank, world = int(sys.argv[2]), int(sys.argv[3])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=30))
 failures = {1: (RuntimeError("rank 1 lost its shard"), RuntimeError("rank 1 again"), None),
             2: (RuntimeError("rank 2 lost it too"), None, None)}[rank]
@@ -263,20 +263,21 @@ dist.destroy_process_group()
 """
 
 
-def test_the_gathered_outcome_names_the_first_failing_rank_and_the_others():
-    """This process is rank 0 of a 3-rank gloo group (subprocesses are ranks 1 and 2): three syncs, every rank
-    failing, then rank 1 alone, then none; each rank reads the same outcome of all of them."""
+@pytest.mark.parametrize("world", [2, 3])
+def test_the_gathered_outcome_names_the_first_failing_rank_and_the_others(world):
+    """This process is rank 0 of a gloo group (subprocesses are the other ranks): three syncs, every rank failing,
+    then rank 1 alone, then none; each rank reads the same outcome of all of them."""
     import datetime
 
     import torch.distributed as dist
 
     port = str(free_port())
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    others = [subprocess.Popen([sys.executable, "-c", SYNC_RANK_N, port, str(r)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env) for r in (1, 2)]
+    others = [subprocess.Popen([sys.executable, "-c", SYNC_RANK_N, port, str(r), str(world)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env) for r in range(1, world)]
     seen = []
     try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=3,
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=world,
                                 timeout=datetime.timedelta(seconds=30))
         try:
             for failure in (ValueError("rank 0 too"), None, None):
@@ -291,7 +292,8 @@ def test_the_gathered_outcome_names_the_first_failing_rank_and_the_others():
     finally:
         for p in others:
             p.kill()
-    every = "LoRA sync to vLLM failed on rank 0 (also rank(s) 1, 2), stopping every rank: ValueError: rank 0 too"
+    also = ", ".join(str(r) for r in range(1, world))
+    every = f"LoRA sync to vLLM failed on rank 0 (also rank(s) {also}), stopping every rank: ValueError: rank 0 too"
     alone = "LoRA sync to vLLM failed on rank 1, stopping every rank: RuntimeError: rank 1 again"
     assert seen == [every, alone, "OK"]
     for out, err in outs:
@@ -331,9 +333,9 @@ ZERO3 = "under ZeRO-3 gather them first (deepspeed.zero.GatheredParameters)"
         (lambda: decode_tensor({"dtype": "float32", "shape": [2], "data": b"\0" * 4}),
          "encoded tensor has 4 bytes, shape [2] float32 needs 8"),
         (lambda: encode_tensor(torch.zeros(2, dtype=torch.complex64)), "cannot encode tensor of dtype torch.complex64"),
-        (lambda: check_same_targets([f"m{i}" for i in range(2)], [f"n{i}" for i in range(7)]),
-         "payload targets differ from the first sync: unknown ['n0', 'n1', 'n2', 'n3', 'n4'], missing ['m0', 'm1'] "
-         "(7 unknown, 2 missing)"),
+        (lambda: check_same_targets([f"m{i}" for i in range(7)], [f"n{i}" for i in range(7)]),
+         "payload targets differ from the first sync: unknown ['n0', 'n1', 'n2', 'n3', 'n4'], "
+         "missing ['m0', 'm1', 'm2', 'm3', 'm4'] (7 unknown, 7 missing)"),
         (lambda: check_apply_results([], {"num_modules": 1}), "no vLLM worker reported a LoRA sync"),
     ],  # fmt: skip
 )
