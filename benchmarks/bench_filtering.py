@@ -15,7 +15,8 @@ rollout_batch_size x n (filtered: the dropped groups were generated too; skipped
 Reported: uniform-group share of the rolled-out groups, rollout samples to each target eval pass@1, and each
 arm's pass@1 at the same sample budget.
 
-`python benchmarks/bench_filtering.py [--out runs/bench-filtering]` (about 8 min per seed on 2 busy cores; 3 seeds).
+`python benchmarks/bench_filtering.py [--out runs/bench-filtering]` (5.5-7 min per seed on 2 busy cores, 19 min for
+the default 3 seeds).
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def run_arm(name: str, spec: dict, inputs: Path, out: Path, steps: int, pool: in
             seed: int) -> float:
     """One train_grpo_cpu.sh run; returns its wall seconds."""
     episodes = steps * spec["rbs"] // pool
-    flags = ["--actor_learning_rate", lr, "--seed", str(seed), "--rollout_batch_size", str(spec["rbs"]), "--train_batch_size", str(spec["tbs"]),
+    flags = ["--actor_learning_rate", lr, "--seed", str(seed),
+             "--rollout_batch_size", str(spec["rbs"]), "--train_batch_size", str(spec["tbs"]),
              "--micro_train_batch_size", str(spec["micro_train"]), "--num_episodes", str(episodes),
              "--micro_rollout_batch_size", str(spec["micro_rollout"]),
              "--max_samples", str(pool), "--eval_steps", "2", "--save_steps", "1000"]  # fmt: skip
@@ -108,11 +110,11 @@ def run_arm(name: str, spec: dict, inputs: Path, out: Path, steps: int, pool: in
     return time.time() - started
 
 
-def report(figs: dict, targets: list[float], mix: list[int], steps: str) -> str:
+def report(figs: dict, targets: list[float], mix: list[int], setup: str) -> str:
     """The markdown table of both arms."""
     b, f = figs["baseline"], figs["filtered"]
     lines = [
-        f"Mixed task: {mix[0]} learnable, {mix[1]} easy, {mix[2]} hard prompts; {steps}.",
+        f"Mixed task: {mix[0]} learnable, {mix[1]} easy, {mix[2]} hard prompts; {setup}.",
         "",
         "| | baseline | filtered + history | ratio |",
         "|---|---:|---:|---:|",

@@ -68,10 +68,10 @@ class DrawsFirst(random.Random):
         return super().randrange(*args, **kwargs)
 
 
-def window_of(address: str) -> tuple[int, int]:
-    """The worker window a running head was started with."""
-    ray_start = [p for p in local_ray.cluster_processes("/nonexistent", address) if "raylet" in p.name()]
-    found = dict(local_ray.WINDOW_FLAG.findall(" ".join(ray_start[0].cmdline())))
+def window_of(temp_dir: str, address: str) -> tuple[int, int]:
+    """The worker window a running head was started with, from its raylet's command line."""
+    raylet = [p for p in local_ray.cluster_processes(temp_dir, address) if "raylet" in p.name()]
+    found = dict(local_ray.WINDOW_FLAG.findall(" ".join(raylet[0].cmdline())))
     return int(found["min"]), int(found["max"])
 
 
@@ -86,14 +86,14 @@ def test_two_private_heads_run_side_by_side_and_stop_apart():
         addr_a = local_ray.start(a, num_gpus=1, num_cpus=2)
         try:
             # A's worker ports are not bound yet (no worker has started): its window is free, yet never drawn again.
-            window_a = window_of(addr_a)
+            window_a = window_of(a, addr_a)
             assert window_a in local_ray.claimed_windows()
             assert all(local_ray.port_is_free(p) for p in range(window_a[0], window_a[1] + 1))
             index = (window_a[0] - local_ray.WORKER_RANGE[0]) // local_ray.WORKER_WINDOW
             assert local_ray.worker_window(DrawsFirst(index)) != window_a
             addr_b = local_ray.start(b, num_gpus=2, num_cpus=2)
             try:
-                assert window_of(addr_b) != window_a
+                assert window_of(b, addr_b) != window_a
                 jobs = [run_task(addr_a), run_task(addr_b)]
                 outs = [j.communicate(timeout=240) for j in jobs]
                 assert [j.returncode for j in jobs] == [0, 0], [err[-3000:] for _, err in outs]

@@ -170,38 +170,6 @@ def test_a_failure_outside_torch_distributed_is_raised_as_a_sync_error():
     assert isinstance(err.value.__cause__, ValueError)
 
 
-SYNC_RANK = """
-import sys, time, torch.distributed as dist
-from rft.train.lora_payload import LoraSyncError, raise_if_failed_on_any_rank
-rank, port = int(sys.argv[1]), sys.argv[2]
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-failure = RuntimeError("rank 1 lost its adapter shard") if rank == 1 else None
-start = time.time()
-try:
-    raise_if_failed_on_any_rank(failure)
-except LoraSyncError as e:
-    print(f"RAISED {time.time() - start:.1f} {e}", flush=True)
-dist.barrier()
-dist.destroy_process_group()  # gloo's threads still running at interpreter exit abort the process (SIGABRT)
-"""
-
-
-def test_a_failure_on_rank1_stops_every_rank_with_its_message():
-    """Two gloo ranks, the failure on rank 1 alone: both raise at once, with rank 1's message."""
-    port = str(free_port())
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    procs = [subprocess.Popen([sys.executable, "-c", SYNC_RANK, str(r), port], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for r in (0, 1)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    for (out, err), proc in zip(outs, procs, strict=True):
-        assert proc.returncode == 0, err[-2000:]
-        seconds, message = out.split("RAISED ", 1)[1].split(" ", 1)
-        assert float(seconds) < 10
-        assert message.strip() == (
-            "LoRA sync to vLLM failed on rank 1, stopping every rank: RuntimeError: rank 1 lost its adapter shard"
-        )
-
-
 @pytest.mark.parametrize(
     ("setting", "refusal"),
     [
@@ -305,8 +273,8 @@ def test_the_gathered_outcome_names_the_first_failing_rank_and_the_others(world)
     every = f"LoRA sync to vLLM failed on rank 0 (also rank(s) {also}), stopping every rank: ValueError: rank 0 too"
     alone = "LoRA sync to vLLM failed on rank 1, stopping every rank: RuntimeError: rank 1 again"
     assert seen == ([every, alone, "OK"] if in_process else [])
-    for out, err in outs:
-        assert out.splitlines() == [every, alone, "OK"], err[-2000:]
+    for (out, err), proc in zip(outs, procs, strict=True):
+        assert proc.returncode == 0 and out.splitlines() == [every, alone, "OK"], err[-2000:]
 
 
 def _module_tensors(a_shape, b_shape) -> dict[str, torch.Tensor]:
