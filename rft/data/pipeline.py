@@ -204,6 +204,8 @@ class _BatchFilter:
             raise DataError(
                 f"{self.where}: column {name!r} has type {arr.type}, expected strings ({logical})"
             )
+        if pa.types.is_null(arr.type):
+            return arr.cast(pa.string())
         return arr
 
     def take(self, logical: str) -> pa.Array:

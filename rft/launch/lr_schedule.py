@@ -24,7 +24,7 @@ MIN_LR_RATIO = 0.1  # hard-coded in 0.9.3 ppo_actor.py: min_lr = actor_learning_
 CHECK_STEP = 20  # the LR at this scheduler step must be at least MIN_FRACTION of the target
 MIN_FRACTION = 0.3
 LORA_TYPICAL_LR = 1e-5  # LoRA RL usually needs LR around this; warn when far (5x) below
-LORA_FAR_BELOW = 5.0
+LORA_WARN_BELOW = 2e-6  # LORA_TYPICAL_LR / 5, written out: 1e-5 / 5.0 is 2.0000000000000003e-06, above 2e-6
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def evaluate(s: Schedule, check_step: int = CHECK_STEP, min_fraction: float = MI
                 f"LR after scheduler step {check_step} is {at:.3e} = {_pct(at / s.lr)} of the target {s.lr:.3e} "
                 f"(< {min_fraction:.0%}): the step budget is spent in warm-up or decay"
             )
-    if s.lora_rank > 0 and s.lr < LORA_TYPICAL_LR / LORA_FAR_BELOW:
+    if s.lora_rank > 0 and s.lr < LORA_WARN_BELOW:
         warnings.append(
             f"LoRA run (rank {s.lora_rank}) at LR {s.lr:.1e}: LoRA RL usually needs around {LORA_TYPICAL_LR:.0e}; "
             "at 5e-7 a LoRA policy can finish a whole run with KL ~1e-4, having barely moved"
@@ -168,6 +168,11 @@ def _passes(s: Schedule, check_step: int, min_fraction: float) -> bool:
     return evaluate(s, check_step, min_fraction).ok
 
 
+def _warmup_cap(check_step: int, min_fraction: float) -> float:
+    """The longest warm-up whose LR at check_step still reaches min_fraction (no bound when min_fraction <= 0)."""
+    return math.floor(check_step / min_fraction + 1e-9) if min_fraction > 0 else math.inf
+
+
 def _ratio_text(ratio: float) -> str:
     """A ratio as a plain decimal (0.000026, not 2.6e-05)."""
     return f"{ratio:.12f}".rstrip("0").rstrip(".") or "0"
@@ -176,11 +181,11 @@ def _ratio_text(ratio: float) -> str:
 def _largest_warmup_ratio(s: Schedule, check_step: int, min_fraction: float) -> Suggestion:
     """The largest --lr_warmup_ratio below the current one that passes (rounded down to few digits, re-checked)."""
     t = s.total_steps
-    w_max = min(s.warmup_steps, math.floor(check_step / min_fraction + 1e-9) + 1)
+    w_max = min(s.warmup_steps, _warmup_cap(check_step, min_fraction) + 1)
     for w in range(w_max, -1, -1):
-        exact = w / t if t > 0 else 0.0
-        if exact >= s.warmup_ratio:
+        if w >= s.warmup_steps:  # fewer warm-up steps, not w / t < ratio: ceil(t * (w / t)) can be w + 1
             continue
+        exact = w / t if t > 0 else 0.0
         for digits in range(2, 8):  # the shortest decimal at or below w / t whose schedule passes
             scale = 10 ** (digits - 1 - math.floor(math.log10(exact))) if exact > 0 else 1
             ratio = float(_ratio_text(math.floor(exact * scale) / scale))
@@ -199,7 +204,7 @@ def _nearest_int(s: Schedule, make: Callable[[int], Schedule], current: int, che
                  min_fraction: float) -> tuple[int, Schedule] | None:
     """The passing value of an integer knob nearest to `current`: the largest below it when the warm-up is too
     long (binary search on warm-up steps, then a scan), else the smallest above it."""
-    w_cap = math.floor(check_step / min_fraction + 1e-9)
+    w_cap = _warmup_cap(check_step, min_fraction)
     if s.warmup_steps > w_cap:
         lo, hi = 1, current - 1  # largest x in [lo, hi] with warm-up <= w_cap (warm-up grows with x)
         if hi < lo or make(lo).warmup_steps > w_cap:
@@ -229,7 +234,7 @@ def suggest(s: Schedule, check_step: int = CHECK_STEP, min_fraction: float = MIN
     if s.scheduler != "cosine_with_min_lr" or _passes(s, check_step, min_fraction):
         return []
     out = [_largest_warmup_ratio(s, check_step, min_fraction)]
-    below = s.warmup_steps > math.floor(check_step / min_fraction + 1e-9)
+    below = s.warmup_steps > _warmup_cap(check_step, min_fraction)
     ep = _nearest_int(s, lambda e: replace(s, num_episodes=e), s.num_episodes, check_step, min_fraction)
     if ep is None:
         per_ep = replace(s, num_episodes=1)

@@ -214,9 +214,9 @@ SMOKE_ACTIONS = {
 SMOKE = "smoke"
 
 
-def _first(log: MetricsLog, name: str, th: Thresholds) -> list[tuple[int, float]]:
+def _first(log: MetricsLog, name: str, th: Thresholds, *, finite: bool = True) -> list[tuple[int, float]]:
     steps = log.train_steps()[: th.smoke_steps]
-    return [(s, v) for s, v in log.series(name) if steps and s <= steps[-1]]
+    return [(s, v) for s, v in log.series(name, finite=finite) if steps and s <= steps[-1]]
 
 
 def _missing(group: str, check: str, name: str) -> Verdict:
@@ -257,10 +257,9 @@ def smoke_boxed(log: MetricsLog, th: Thresholds) -> Verdict:
 def smoke_grad_norm(log: MetricsLog, th: Thresholds) -> Verdict:
     """Gradients reach the adapter (non-zero) without exploding (< 100)."""
     check = "grad_norm non-zero, < 100"
-    pts = _first(log, "grad_norm", th)
-    if not pts and not log.series("grad_norm", finite=False):
+    raw = _first(log, "grad_norm", th, finite=False)
+    if not raw:
         return _missing(SMOKE, check, "grad_norm")
-    raw = log.series("grad_norm", finite=False)[: len(pts) or th.smoke_steps]
     vals = [v for _, v in raw]
     ev = f"steps {raw[0][0]}-{raw[-1][0]}: {', '.join(fmt(v) for v in vals)}"
     if any(not math.isfinite(v) for v in vals):

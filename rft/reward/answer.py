@@ -126,7 +126,9 @@ _CORRECTION_CUE = re.compile(
     r"\b(?:wait|actually|oops|correction|mistake|wrong|incorrect|error|instead|should be|miscalculated|recalculat\w*)\b",
     re.IGNORECASE,
 )
-_FILLER = re.compile(r"(?:(?:indeed|still|actually|really|just|now|therefore|thus|clearly|simply)\b[ \t,]*)+", re.I)
+_FILLER = re.compile(
+    r"^[ \t,]*(?:(?:indeed|still|actually|really|just|now|therefore|thus|clearly|simply)\b[ \t,]*)+", re.I
+)
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 
 

@@ -621,3 +621,133 @@ def test_undecided_stays_undecided() -> None:
     assert answers_equal("\\sin x", "\\cos x", symbolic=False) is False
     # an unordered comparison with an undecidable pair is undecided, not "different", even if a later pair differs
     assert compare_fast(normalize_answer("\\{3, \\sin x\\}"), normalize_answer("\\{\\cos x, 4\\}")) is None
+
+
+# Extraction fallbacks, heuristic by heuristic: (response text, expected answer, expected method).
+FALLBACK_EXTRACTION = [
+    # display math after an answer phrase is the answer, delimiters and line breaks included
+    ("The final answer is:\n$$\\frac{3}{4}$$", "\\frac{3}{4}", "phrase"),
+    ("The final answer is:\n\\[\n\\frac{1}{2}\n\\]", "\\frac{1}{2}", "phrase"),
+    # the first closing `$` ends the math span, not the last one in the response
+    ("The answer is $12$, since $3 \\times 4 = 12$.", "12", "phrase"),
+    # money: `$12` is money only when prose sits between it and the next `$`; `$ 4` (spaced) opens math
+    ("The answer is $12 \\pi$, which is about $37.7$.", "12 \\pi", "phrase"),
+    ("The answer is $12 \\pi$ square units.", "12 \\pi", "phrase"),
+    ("The answer is $ 4 \\sqrt{2} $.", "4 \\sqrt{2}", "phrase"),
+    ("The answer is $ 4 \\sqrt{2} \\text{ units}$.", "4 \\sqrt{2} \\text{ units}", "phrase"),
+    # a stated answer ends at its sentence; Markdown emphasis around it is not part of it
+    ("The answer is \\frac{3}{4}. To check, 3/4 of 8 is 6.", "\\frac{3}{4}", "phrase"),
+    ("The answer is **\\frac{1}{2}**.", "\\frac{1}{2}", "phrase"),
+    ("Who ran farther? The answer is Xavier.", "Xavier", "phrase"),
+    # filler words ("indeed", "thus", "now") before the answer are dropped; the same letters inside it are kept
+    ("The answer is, indeed, 12.", "12", "phrase"),
+    ("The answer is thus, clearly, $\\frac{7}{2}$.", "\\frac{7}{2}", "phrase"),
+    ("Who is taller? The answer is Snow White.", "Snow White", "phrase"),
+    ("The answer is just Snow White.", "Snow White", "phrase"),
+    # a bare number response, its sign included
+    ("-12", "-12", "last_number"),
+    # a check after an answer stated first, at the very start of the response
+    ("18\n\nCheck: 18 / 3 = 6.", "18", "last_number"),
+    # a correction before the check does not make the check a correction
+    ("Wait, I made an error earlier. Recomputing: 6 * 7 = 42.\n\nCheck: 42 - 12 = 30.", "42", "last_number"),
+    # a "Checking ..." heading with no number before it opens no verification section; a later one does
+    ("Checking each case:\n- case a: 3 ways\n- case b: 9 ways\nTotal: 12.\n\nVerification: 12 - 3 = 9.", "12",
+     "last_number"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "answer", "method"), FALLBACK_EXTRACTION)
+def test_fallback_extraction(text: str, answer: str, method: str) -> None:
+    got = extract_answer(text)
+    assert (got.answer, got.method) == (answer, method)
+
+
+def _long_steps(chars: int) -> str:
+    """A step-by-step explanation of about `chars` characters, with a number on every line."""
+    lines, n = [], 0
+    while sum(map(len, lines)) + len(lines) < chars:
+        n += 1
+        lines.append(f"Step {n}: add {n % 7 + 2} apples to the basket, which now holds more.")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("explanation_chars", [4_050, 4_150, 6_000, 20_000])
+def test_answer_first_in_a_long_response(explanation_chars: int) -> None:
+    """An answer stated first is found however long the explanation after it (no answer phrase there)."""
+    text = "Answer: 17\n\n" + _long_steps(explanation_chars)
+    assert len(text) > answer_mod._TAIL_CHARS
+    got = extract_answer(text)
+    assert (got.answer, got.method) == ("17", "phrase")
+
+
+@pytest.mark.parametrize("steps_chars", [4_500, 20_000])
+def test_last_number_of_a_long_response(steps_chars: int) -> None:
+    """The last number of a long response is its final one, not one near the start of the scanned tail."""
+    got = extract_answer(_long_steps(steps_chars) + "\nSo the basket holds 93 apples.")
+    assert (got.answer, got.method) == ("93", "last_number")
+
+
+def test_a_correction_keeps_the_box_it_overrides() -> None:
+    text = "So \\boxed{12}. Wait, that is wrong: the correct answer is 14."
+    got = extract_answer(text)
+    assert (got.answer, got.method, got.box) == ("14", "phrase", last_box(text))
+
+
+@pytest.mark.parametrize("text", ["The answer is 5.", "#### 72", "so 6 * 7 = 42", ""])
+def test_without_fallbacks_only_a_box_counts(text: str) -> None:
+    got = extract_answer(text, fallbacks=False)
+    assert (got.answer, got.method, got.box) == (None, "none", None)
+
+
+# Normalization heuristics, rule by rule: (rule, [(pred, gold) that must match], [(pred, gold) that must not]).
+HEURISTIC_FAMILIES = [
+    ("a decimal ending in `...`: a digit three times or a block twice repeats; anything less is cut off",
+     [("0.1212...", "\\frac{4}{33}"), ("0.142857142857...", "\\frac{1}{7}"), ("0.16666...", "\\frac{1}{6}"),
+      ("1.333...", "\\frac{4}{3}"), (".333...", "\\frac{1}{3}"), ("0.1\\dot6", "\\frac{1}{6}"),
+      ("2.71828...", "2.71828"), ("3.14159...", "3.14159"), ("0.1234...", "0.1234")],
+     [("0.66...", "\\frac{2}{3}"), ("0.4166...", "\\frac{5}{12}"), ("0.1234...", "\\frac{34}{99}"),
+      ("0.12345671234567...", "\\frac{1234567}{9999999}"), ("2.71828...", "2"), ("0.16666...", "\\frac{2}{3}")]),
+    ("unit words in a text wrapper after a value that ends in a symbol",
+     [("4\\pi \\text{ cm}", "4\\pi"), ("2\\pi\\text{ cm}", "2\\pi"), ("9\\pi \\mbox{ square units}", "9\\pi"),
+      ("6\\pi \\text{ laps}", "6\\pi"), ("2\\pi r \\text{ meters}", "2\\pi r")],
+     [("4\\pi \\text{ cm}", "4"), ("9\\pi \\mbox{ square units}", "9")]),
+    ("an unclosed wrapper is dropped, its content kept", [("\\textbf{12", "12"), ("\\text{5", "5")],
+     [("\\textbf{12", "1")]),
+    ("an integer before a fraction that is not proper (0 < p < q) is a product",
+     [("2\\frac{3}{2}", "3"), ("3\\frac{4}{4}", "3"), ("2\\frac{0}{5}", "0")],
+     [("2\\frac{3}{2}", "2"), ("3\\frac{4}{4}", "4"), ("2\\frac{0}{5}", "2")]),
+    ("number words and set phrases, capitalised or ending a sentence",
+     [("\\text{Five ways}", "5"), ("\\text{Twelve}", "12"), ("\\text{No real solutions.}", "\\emptyset"),
+      ("\\text{All real X}", "\\mathbb{R}")],
+     [("\\text{Five ways}", "6"), ("\\text{3 cats and two dogs}", "3"), ("\\text{3 cats and two dogs}", "2"),
+      ("\\sqrt{3} times as long", "3"), ("{}", "\\emptyset"), ("{}", "0")]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("rule", "pred", "gold", "equal"),
+    [(r, p, g, True) for r, yes, _ in HEURISTIC_FAMILIES for p, g in yes]
+    + [(r, p, g, False) for r, _, no in HEURISTIC_FAMILIES for p, g in no],
+)
+def test_normalization_heuristics(rule: str, pred: str, gold: str, equal: bool) -> None:
+    assert answers_equal(pred, gold) is equal, rule
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("0.1666...", "0.1\\overline{6}"), ("0.333...", "0.\\overline{3}"), ("0.1212...", "0.(12)"), ("{}", "")],
+)
+def test_one_canonical_form(a: str, b: str) -> None:
+    """Two notations of one answer (or of none: an empty TeX group) normalize alike, for the first, cheapest test."""
+    assert normalize_answer(a) == normalize_answer(b)
+
+
+@pytest.mark.parametrize(("raw", "norm"), [("\\Delta t", "\\Delta t"), ("2\\Omega r", "2\\Omega r")])
+def test_space_after_a_capitalised_command_is_kept(raw: str, norm: str) -> None:
+    assert normalize_answer(raw) == norm
+
+
+@pytest.mark.parametrize("gold", ["5", "\\sin x", "x+1", "(1,2)", "\\{1,2\\}", "yes"])
+def test_an_empty_answer_is_decided_unequal(gold: str) -> None:
+    """An empty answer never reaches math-verify: the fast path decides it, in either argument."""
+    assert compare_fast("", gold) is False and compare_fast(gold, "") is False

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import pickle
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -302,3 +303,258 @@ def test_a_loader_that_refuses_a_tensor_is_named_with_its_shape_and_error():
         "model.layers.0.self_attn.q_proj.weight: vLLM's load_weights refused a (6, 4) tensor "
         "(ValueError: size mismatch for qkv_proj); the adapter does not fit the served model"
     )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# stand-in loaders: plain gathers the merge must follow, and misbehaving ones the probe must refuse
+
+Write = Callable[[dict[str, nn.Parameter], str, torch.Tensor], list[str]]
+Ix = slice | list[int]
+TARGET = "model.layers.0.proj.weight"
+PA, PB, HEAD = "model.layers.0.a.weight", "model.layers.0.b.weight", "lm_head.weight"
+
+
+class _Loader(nn.Module):
+    """Layer 0 holds weights ``a`` and ``b``, plus an ``lm_head``; ``write(params, name, w)`` is the loader.
+
+    ``write`` writes into ``params`` (name -> parameter) and returns the names it reports as loaded;
+    every tensor handed to ``load_weights`` is kept in ``received``.
+    """
+
+    def __init__(self, write: Write, a: tuple[int, int] = (12, 5), b: tuple[int, int] = (12, 5),
+                 head: tuple[int, int] = (4, 5), dtype: torch.dtype = torch.float32):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.model = nn.Module()
+        self.model.layers = nn.ModuleList([nn.Module()])
+        self.model.layers[0].a = param_holder(weight=torch.randn(a, generator=g).to(dtype))
+        self.model.layers[0].b = param_holder(weight=torch.randn(b, generator=g).to(dtype))
+        self.lm_head = param_holder(weight=torch.randn(head, generator=g).to(dtype))
+        self.write = write
+        self.received: list[torch.Tensor] = []
+
+    def load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> set[str]:
+        """Hand each (name, tensor) to ``write``; the names it reports."""
+        params = dict(self.named_parameters())
+        loaded: set[str] = set()
+        for name, w in weights:
+            self.received.append(w)
+            loaded |= set(self.write(params, name, w))
+        return loaded
+
+
+def _copy_into(pname: str, target: str = TARGET) -> Write:
+    """A loader that copies ``target`` whole into ``pname``."""
+
+    def write(params: dict[str, nn.Parameter], name: str, w: torch.Tensor) -> list[str]:
+        if name != target:
+            return []
+        params[pname].data.copy_(w)
+        return [pname]
+
+    return write
+
+
+def _gather_into(pname: str, dst_rows: Ix, dst_cols: Ix, src_rows: Ix, src_cols: Ix, target: str = TARGET) -> Write:
+    """A loader doing ``param[dst_rows, dst_cols] = w[src_rows][:, src_cols]`` (slices or index lists)."""
+
+    def write(params: dict[str, nn.Parameter], name: str, w: torch.Tensor) -> list[str]:
+        if name != target:
+            return []
+        param = params[pname].data
+        rows, cols = _ix(dst_rows, param.shape[0]), _ix(dst_cols, param.shape[1])
+        param[rows[:, None], cols[None, :]] = w[_ix(src_rows, w.shape[0])][:, _ix(src_cols, w.shape[1])]
+        return [pname]
+
+    return write
+
+
+def _ix(idx: Ix, n: int) -> torch.Tensor:
+    """A slice or index list over a dimension of length ``n`` as an index tensor."""
+    return torch.arange(n)[idx] if isinstance(idx, slice) else torch.tensor(idx)
+
+
+def _adapter(out_f: int, in_f: int, r: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """LoRA A (r x in_f) and B (out_f x r) for a weight of shape (out_f, in_f)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(r, in_f, generator=g), torch.randn(out_f, r, generator=g)
+
+
+def _payload_for(a: torch.Tensor, b: torch.Tensor, name: str = TARGET, scaling: float = 2.0) -> dict:
+    """A one-module payload for ``name``."""
+    return {"format": PAYLOAD_FORMAT, "version": 0, "adapter": "default", "num_modules": 1,
+            "modules": [{"name": name, "scaling": scaling, "A": encode_tensor(a), "B": encode_tensor(b)}]}
+
+
+def _weights(m: nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of every parameter of ``m``."""
+    return {n: p.detach().clone() for n, p in m.named_parameters()}
+
+
+GATHERS = {
+    # param shape, weight shape, dst rows, dst cols, src rows, src cols, target
+    "columns-scattered": ((8, 6), (8, 3), slice(None), [0, 2, 4], slice(None), [2, 0, 1], TARGET),
+    "rows-reversed": ((4, 3), (2, 3), [1, 2], slice(None), [1, 0], slice(None), TARGET),
+    "a-source-row-twice": ((4, 3), (2, 3), [0, 1, 2], slice(None), [0, 1, 1], slice(None), TARGET),
+    "lm-head-outside-the-layers": ((4, 5), (4, 5), slice(None), slice(None), slice(None), slice(None), HEAD),
+}
+
+
+@pytest.mark.parametrize("case", list(GATHERS))
+def test_the_merge_follows_any_row_column_gather_of_the_loader(case):
+    pshape, wshape, dr, dc, sr, sc, target = GATHERS[case]
+    pname = HEAD if target == HEAD else PA
+    m = _Loader(_gather_into(pname, dr, dc, sr, sc, target), a=pshape, head=pshape)
+    before = _weights(m)
+    a, b = _adapter(*wshape)
+    LoraMergeApplier(m).apply(_payload_for(a, b, name=target))
+    delta = 2.0 * (b @ a)
+    want = before[pname].clone()
+    dst = (_ix(dr, pshape[0])[:, None], _ix(dc, pshape[1])[None, :])
+    want[dst] += delta[_ix(sr, wshape[0])][:, _ix(sc, wshape[1])]  # param[dst] = W0[dst] + ΔW[src]
+    after = _weights(m)
+    torch.testing.assert_close(after[pname], want, rtol=0, atol=1e-6)
+    for n, w in before.items():
+        if n != pname:
+            assert torch.equal(after[n], w), n
+
+
+@pytest.mark.parametrize(
+    "rows,cols",
+    [(slice(1, 5), torch.tensor([2, 0])), (torch.tensor([5, 0, 3]), slice(0, 3)),
+     (torch.tensor([3, 1]), torch.tensor([0, 2])), (slice(4, 6), slice(1, 3))],
+)
+def test_a_region_selects_its_rows_and_columns_with_indices_on_the_weights_device(rows, cols):
+    from rft.train.lora_merge import _region
+
+    t = torch.arange(18.0).reshape(6, 3)
+    want = t[torch.arange(6)[rows]][:, torch.arange(3)[cols]]
+    assert torch.equal(t[_region(t, rows, cols)], want)
+    if isinstance(rows, slice) and isinstance(cols, slice):
+        return
+    on_meta = _region(torch.empty(6, 3, device="meta"), rows, cols)
+    assert [i.device.type for i in on_meta] == ["meta", "meta"]
+
+
+REFUSALS = {
+    # loader, weight shape, the refusal (after the target's name)
+    "writes-into-two-weights": (
+        lambda p, n, w: (p[PA].data.copy_(w), p[PB].data.copy_(w), [PA, PB])[-1], (12, 5),
+        f" loaded into {[PA, PB]}, expected one weight of its layer; "
+        "weights outside that layer may now be corrupt: restart the engine"),
+    "shifts-every-value": (
+        lambda p, n, w: (p[PA].data.copy_(w - 1), [PA])[-1], (12, 5),
+        ": vLLM loader wrote different regions for different probes"),
+    "writes-a-triangle": (
+        lambda p, n, w: (p[PA].data.copy_(w.tril()), [PA])[-1], (12, 5),
+        f": vLLM loader did not write a row x column block of {PA}"),
+    "writes-nothing": (lambda p, n, w: [PA], (12, 5), f": vLLM loader did not write a row x column block of {PA}"),
+    "skews-the-columns": (
+        lambda p, n, w: (p[PA].data.copy_(torch.stack([w[i].roll(i) for i in range(12)])), [PA])[-1], (12, 5),
+        ": vLLM loader is not a plain row/column narrowing (cannot merge)"),
+    "rounds-every-value": (
+        lambda p, n, w: (p[PA].data.copy_(w.round()), [PA])[-1], (12, 5),
+        ": vLLM loader is not a plain row/column narrowing (cannot merge)"),
+    "raises-values-above-1-rows": (
+        lambda p, n, w: (p[PA].data.copy_(w + (w > 1)), [PA])[-1], (2, 1),
+        ": vLLM loader is not a plain row/column narrowing (index out of range)"),
+    "raises-values-above-1-columns": (
+        lambda p, n, w: (p[PA].data.copy_(w + (w > 1)), [PA])[-1], (1, 2),
+        ": vLLM loader is not a plain row/column narrowing (index out of range)"),
+    "negates-values-above-1": (
+        lambda p, n, w: (p[PA].data.copy_(torch.where(w > 1, -w, w)), [PA])[-1], (2, 1),
+        ": vLLM loader is not a plain row/column narrowing (index out of range)"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_a_loader_that_does_not_write_one_plain_copy_is_refused_and_undone(case):
+    write, shape, refusal = REFUSALS[case]
+    m = _Loader(write, a=shape, b=shape)
+    before = _weights(m)
+    with pytest.raises(LoraSyncError) as err:
+        LoraMergeApplier(m).apply(_payload_for(*_adapter(*shape)))
+    name = repr(TARGET) if case == "writes-into-two-weights" else TARGET
+    assert str(err.value) == name + refusal
+    after = _weights(m)
+    assert all(torch.equal(after[n], w) for n, w in before.items())
+
+
+@pytest.mark.parametrize("shape", [(65536, 1), (1, 65536)], ids=["65536-rows", "65536-columns"])
+def test_the_largest_probed_dimension_merges_and_one_more_is_refused(shape):
+    m = _Loader(_copy_into(PA), a=shape, b=(1, 1), head=(1, 1))
+    w0 = m.model.layers[0].a.weight.detach().clone()
+    a, b = _adapter(*shape)
+    LoraMergeApplier(m).apply(_payload_for(a, b))
+    torch.testing.assert_close(m.model.layers[0].a.weight, w0 + 2.0 * (b @ a), rtol=0, atol=1e-6)
+    big = tuple(d + 1 if d > 1 else d for d in shape)
+    with pytest.raises(LoraSyncError) as err:
+        LoraMergeApplier(_Loader(_copy_into(PA), a=big, b=(1, 1), head=(1, 1))).apply(_payload_for(*_adapter(*big)))
+    assert str(err.value) == f"{TARGET}: dimension 65537 too large to probe"
+
+
+@pytest.mark.parametrize(
+    "wshape,keep,what",
+    [((6, 4), (slice(0, 3), slice(None)), "3 of the adapter weight's 6 rows"),
+     ((4, 4), (slice(None), slice(0, 2)), "2 of the adapter weight's 4 columns")],
+)
+def test_a_rank_keeping_less_than_its_share_of_a_dimension_is_refused_by_name(wshape, keep, what):
+    def write(params: dict[str, nn.Parameter], name: str, w: torch.Tensor) -> list[str]:
+        params[PA].data.copy_(w[keep])
+        return [PA]
+
+    kept = torch.zeros(wshape)[keep].shape
+    a, b = _adapter(*wshape)
+    m = _Loader(write, a=kept)
+    with pytest.raises(LoraSyncError) as err:
+        LoraMergeApplier(m).apply(_payload_for(a, b))  # tensor parallel 1 unless told otherwise
+    assert str(err.value) == (f"{TARGET}: vLLM's loader keeps {what} (tensor parallel 1): "
+                              "the adapter does not fit the served model")
+    w0 = m.model.layers[0].a.weight.detach().clone()
+    LoraMergeApplier(m, tp_size=2).apply(_payload_for(a, b))  # half of it is this rank's share at TP 2
+    torch.testing.assert_close(m.model.layers[0].a.weight, w0 + 2.0 * (b @ a)[keep], rtol=0, atol=1e-6)
+
+
+def test_the_probe_hands_the_loader_weights_of_the_served_dtype_and_leaves_the_global_rng_alone():
+    m = _Loader(_copy_into(PA), dtype=torch.bfloat16)
+    w0 = m.model.layers[0].a.weight.detach().clone()
+    a, b = _adapter(12, 5)
+    torch.manual_seed(7)
+    rng = torch.get_rng_state()
+    LoraMergeApplier(m).apply(_payload_for(a, b))
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert m.received and {(w.dtype, tuple(w.shape)) for w in m.received} == {(torch.bfloat16, (12, 5))}
+    assert torch.equal(m.model.layers[0].a.weight, (w0.float() + 2.0 * (b @ a)).to(torch.bfloat16))
+
+
+def test_the_pristine_weights_are_kept_on_the_snapshot_device():
+    m = _Loader(_copy_into(PA))
+    before = _weights(m)
+    for device, want in ((None, "cpu"), ("meta", "meta")):
+        applier = LoraMergeApplier(m, snapshot_device=device)
+        applier._discover({TARGET: (12, 5)})
+        assert list(applier.pristine) == [PA] and applier.pristine[PA].device.type == want
+        assert all(torch.equal(p, before[n]) for n, p in m.named_parameters())
+
+
+def test_a_swap_within_one_row_is_refused_even_where_the_random_probe_holds_equal_values():
+    shape = (2, 512)
+    plain = _Loader(_copy_into(PA), a=shape, b=shape, dtype=torch.bfloat16)
+    LoraMergeApplier(plain).apply(_payload_for(*_adapter(*shape)))
+    rnd = next(w for w in plain.received if not torch.equal(w, w.round()))  # the one probe of random values
+    values, order = rnd[1].float().sort()
+    k = int((values[1:] == values[:-1]).nonzero()[0])  # two equal values in row 1 (bf16 has few near 1)
+    i, j = int(order[k]), int(order[k + 1])
+
+    def swap_in_row_1(params: dict[str, nn.Parameter], name: str, w: torch.Tensor) -> list[str]:
+        x = w.clone()
+        x[1, [i, j]] = w[1, [j, i]]
+        params[PA].data.copy_(x)
+        return [PA]
+
+    assert i != j and rnd[1, i] == rnd[1, j]  # so the random probe alone cannot see the swap
+    m = _Loader(swap_in_row_1, a=shape, b=shape, dtype=torch.bfloat16)
+    before = _weights(m)
+    with pytest.raises(LoraSyncError, match=r"not a plain row/column narrowing \(cannot merge\)"):
+        LoraMergeApplier(m).apply(_payload_for(*_adapter(*shape)))
+    assert all(torch.equal(p, before[n]) for n, p in m.named_parameters())
