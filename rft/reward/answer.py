@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+import string
 from dataclasses import dataclass
 
 from rft.reward.latex_value import identity_equal, latex_value, values_equal
@@ -286,10 +287,7 @@ _UNIT_WORDS = re.compile(r"\s*[A-Za-z][A-Za-z .]*")
 
 def _unwrap(s: str) -> str:
     """Replace `\\text{...}`-style wrappers by their content; drop unit words after a value."""
-    for _ in range(20):
-        m = _WRAPPERS.search(s)
-        if m is None:
-            return s
+    while (m := _WRAPPERS.search(s)) is not None:  # each pass removes a wrapper: s shrinks
         open_pos = m.end() - 1
         close = _match_brace(s, open_pos)
         if close < 0:
@@ -320,11 +318,8 @@ _VALUE_END = re.compile(r"[\d})\]]\s*$")
 
 def _strip_units(s: str) -> str:
     """`12 \\text{ cm}^2` -> `12`, `5\\,\\mathrm{m}/\\text{s}^{2}` -> `5`: units after a value, exponent included."""
-    for _ in range(8):
-        m = _UNIT_AT_END.search(s)
-        if m is None or not _VALUE_END.search(s, 0, m.start()):
-            return s
-        s = s[: m.start()]
+    while (m := _UNIT_AT_END.search(s)) is not None and _VALUE_END.search(s, 0, m.start()):
+        s = s[: m.start()]  # a unit is never empty: s shrinks
     return s
 
 
@@ -471,9 +466,9 @@ def _normalize(answer: str) -> str:
 
 
 def _keeps_space(s: str, m: re.Match) -> bool:
-    """A space survives only between a LaTeX command and a following letter (`\\pi r`)."""
-    before = s[: m.start()]
-    return bool(re.search(r"\\[A-Za-z]+$", before[-40:])) and m.end() < len(s) and s[m.end()].isalpha()
+    """A space survives only between a LaTeX command (or a lone backslash) and a following letter (`\\pi r`)."""
+    head = s[: m.start()].rstrip(string.ascii_letters)
+    return head.endswith("\\") and m.end() < len(s) and s[m.end()].isalpha()
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -773,6 +773,25 @@ def test_progress_bar_counts_input_rows_only_when_asked(tmp_path, capsys, monkey
     assert last.startswith("filter NuminaMath: 100%") and "18/18" in last and "row/s" in last
 
 
+def test_the_stages_see_at_most_batch_size_rows_at_once(tmp_path, monkeypatch):
+    """--batch-size bounds the rows held in memory: every batch that reaches the stages has at most that many."""
+    from rft.data import pipeline
+
+    sizes: list[int] = []
+    real = pipeline._BatchFilter
+
+    def recording(batch: pa.RecordBatch, *args, **kwargs):
+        sizes.append(batch.num_rows)
+        return real(batch, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_BatchFilter", recording)
+    source = _numina(tmp_path / "n.parquet", _stage_rows())
+    for batch_size, want in ((4, [4, 4, 4, 4, 2]), (7, [7, 7, 4]), (64, [18])):
+        sizes.clear()
+        filter_numina(source, _cfg(batch_size=batch_size), {})
+        assert sizes == want, batch_size
+
+
 def test_an_empty_input_gives_an_empty_result(tmp_path):
     """A shard with no rows passes every stage with zero counts and an empty (string) table."""
     res = filter_numina(_numina(tmp_path / "n.parquet", []), _cfg(), {})

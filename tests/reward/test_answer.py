@@ -628,6 +628,9 @@ FALLBACK_EXTRACTION = [
     # display math after an answer phrase is the answer, delimiters and line breaks included
     ("The final answer is:\n$$\\frac{3}{4}$$", "\\frac{3}{4}", "phrase"),
     ("The final answer is:\n\\[\n\\frac{1}{2}\n\\]", "\\frac{1}{2}", "phrase"),
+    # a stated answer ends at a connective, also when the response ends right after it
+    ("The answer is x+1 and ", "x+1", "phrase"),
+    ("The answer is x+1 because ", "x+1", "phrase"),
     # the first closing `$` ends the math span, not the last one in the response
     ("The answer is $12$, since $3 \\times 4 = 12$.", "12", "phrase"),
     # money: `$12` is money only when prose sits between it and the next `$`; `$ 4` (spaced) opens math
@@ -745,6 +748,28 @@ def test_one_canonical_form(a: str, b: str) -> None:
 @pytest.mark.parametrize(("raw", "norm"), [("\\Delta t", "\\Delta t"), ("2\\Omega r", "2\\Omega r")])
 def test_space_after_a_capitalised_command_is_kept(raw: str, norm: str) -> None:
     assert normalize_answer(raw) == norm
+
+
+@pytest.mark.parametrize("n", [1, 8, 9, 20, 21, 40])
+def test_normalization_has_no_item_cap(n: int) -> None:
+    """Every wrapper and every stacked unit is removed, however many the answer holds (within its length cap)."""
+    wrapped = "(" + ",".join(f"\\mathrm{{{i}}}" for i in range(n)) + ")"
+    assert normalize_answer(wrapped) == "(" + ",".join(str(i) for i in range(n)) + ")"
+    assert normalize_answer("12" + "\\mathrm{cm}" * n) == "12"
+
+
+@pytest.mark.parametrize("letters", [2, 39, 40, 41, 80])
+def test_space_after_a_command_of_any_length_is_kept(letters: int) -> None:
+    """The space between a command and a letter survives whatever the command's length (`\\pi r`)."""
+    cmd = "\\" + "p" * letters
+    assert normalize_answer(f"{cmd} r") == f"{cmd} r"
+    assert normalize_answer(f"x{'p' * letters} r") == f"x{'p' * letters}r"
+
+
+@pytest.mark.parametrize("gap", ["\n", "\t", "\n  "])
+def test_a_lone_backslash_does_not_fuse_with_the_next_word(gap: str) -> None:
+    """A line break `\\\\` before a word keeps one space: `\\b` would be another command."""
+    assert normalize_answer(f"1 \\\\{gap}y") == "1\\\\ y"
 
 
 @pytest.mark.parametrize("gold", ["5", "\\sin x", "x+1", "(1,2)", "\\{1,2\\}", "yes"])
