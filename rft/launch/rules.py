@@ -23,6 +23,7 @@ from rft.launch.lr_schedule import evaluate, report, schedule_from_args, suggest
 from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, installed_root, openrlhf_root, parse_args
 from rft.problems import problem_hash
 from rft.provenance import REPO_ROOT, patch_state
+from rft.reward.settings import RewardSettingsError, load_settings
 
 GIB = 1024**3
 
@@ -372,6 +373,22 @@ def check_gpus(
         )
 
 
+EM_REWARD_FILE = "reward_func_em.py"
+
+
+def em_settings_rule(a: argparse.Namespace, rep: Report, env: Mapping[str, str]) -> None:
+    """reward_func_em.py reads reward.toml when each vLLM engine loads it: the file must load here first."""
+    urls = getattr(a, "remote_rm_url", None) or []
+    if not urls or Path(urls[0]).name != EM_REWARD_FILE:
+        return
+    try:
+        settings = load_settings(env=env)
+    except RewardSettingsError as e:
+        rep.errors.append(f"reward: {e}")
+        return
+    rep.notes.append(f"reward: exact match, scheme {settings.scheme} ({settings.source})")
+
+
 CPU_SITE = REPO_ROOT / "rft" / "cpu" / "site"
 
 
@@ -522,6 +539,7 @@ def run_checks(
                 )
             if getattr(a, "dynamic_filtering", False) or getattr(a, "prompt_history", False):
                 rep.notes.append(prompt_filter_note(a, sched))
+        em_settings_rule(a, rep, env)
         judge_rule(a, rep, sched.rollout_steps if sched is not None else None, live=judge_live, env=env)
         needed = gpus_needed(a)
     else:

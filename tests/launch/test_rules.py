@@ -6,12 +6,14 @@ import json
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from rft.io import atomic_write_jsonl
 from rft.launch import rules
 from rft.launch.openrlhf_cli import FlagError, parse_args
+from tests.support.reward_files import write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,6 +96,22 @@ def test_the_scratch_copy_is_patched_and_parsed_without_the_environment(pristine
     assert parse_args([*SMALL_FLAGS, "--offload", "--zero_stage", "3"], "ppo", root).args.offload is True
     with pytest.raises(FlagError, match="unrecognized arguments: --offload"):
         parse_args([*SMALL_FLAGS, "--offload"], "ppo", pristine_openrlhf_root)
+
+
+def test_the_exact_match_reward_settings_must_load(tmp_path):
+    """reward_func_em.py loads reward.toml inside every engine: a bad file is an error here, naming file and key."""
+    em = SimpleNamespace(remote_rm_url=[str(ROOT / "reward_func_em.py")])
+    path = write_reward_toml(tmp_path / "reward.toml", reward={"scheme": "signed"})
+    rep = rules.Report()
+    rules.em_settings_rule(em, rep, {"RFT_REWARD_CONFIG": str(path)})
+    assert rep.notes == [f"reward: exact match, scheme signed ({path})"] and not rep.errors
+    write_reward_toml(path, reward={"scheme": "ternary"})
+    rep = rules.Report()
+    rules.em_settings_rule(em, rep, {"RFT_REWARD_CONFIG": str(path)})
+    assert rep.errors == [f"reward: {path}: [reward] scheme = 'ternary': use one of ['binary', 'signed']"]
+    rep = rules.Report()
+    rules.em_settings_rule(SimpleNamespace(remote_rm_url=["my_reward.py"]), rep, {"RFT_REWARD_CONFIG": str(path)})
+    assert rep == rules.Report()  # another reward file reads no reward.toml
 
 
 def test_an_existing_ray_cluster_is_noted_not_counted():
