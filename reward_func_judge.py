@@ -2,7 +2,7 @@
 
 OpenRLHF loads this file by path (importlib) and calls `reward_func(queries, prompts, labels)` per sample
 from worker threads. The logic lives in `rft.reward.blend` (modes, weights) and `rft.reward.judge` (Gemini
-client, limits, cache, cost); settings are read from RFT_JUDGE_* / RFT_REWARD_SCHEME when this file is loaded.
+client, limits, cache, cost); settings are read from reward.toml (`rft.reward.settings`) when this file is loaded.
 """
 
 import sys
@@ -13,6 +13,8 @@ try:
 except ImportError:  # loaded by file path from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rft.reward.blend import reward_func_from_env  # noqa: E402
+from rft.reward.blend import judge_reward_func  # noqa: E402
+from rft.reward.settings import load_settings  # noqa: E402
 
-reward_func = reward_func_from_env()
+_settings = load_settings()
+reward_func = judge_reward_func(_settings.blend, _settings.judge)

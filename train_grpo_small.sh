@@ -45,8 +45,10 @@ PROMPT_DATA="${PROMPT_DATA:-$DEFAULT_TRAIN}"
 EVAL_DATA="${EVAL_DATA:-$DEFAULT_EVAL}"
 # REWARD=em (exact match, default) or judge (Gemini-judged reasoning quality); REWARD_FUNC=path overrides.
 REWARD_FUNC="${REWARD_FUNC:-$(rft_reward_func)}"
-# The trl preset pays the guide's signed reward: +1 correct, -1 wrong, -0.5 no answer (RFT_REWARD_SCHEME wins).
-[[ "$PRESET" == trl ]] && export RFT_REWARD_SCHEME="${RFT_REWARD_SCHEME:-signed}"
+# The trl preset pays the guide's signed reward: +1 correct, -1 wrong, -0.5 no answer (a reward.toml of your own,
+# or RFT_REWARD_CONFIG, wins).
+[[ "$PRESET" == trl && -z "${RFT_REWARD_CONFIG:-}" && ! -f "$RFT_ROOT/reward.toml" ]] \
+    && export RFT_REWARD_CONFIG="$RFT_ROOT/scripts/reward_signed.toml"
 RUN_NAME="$(rft_run_name "${RUN_NAME:-small-grpo-$DATASET-$PRESET}")"   # SMOKE=1: ...-smoke
 rft_local_storage "$RUN_NAME"  # runs/$RUN_NAME/{metrics,samples} (OUT_ROOT); the model and checkpoints beside
 SAVE_PATH="${SAVE_PATH:-$RUN_DIR/model}"

@@ -244,9 +244,10 @@ def bench_judge(samples: list[Sample], latency_s: float, threads: int, console: 
         table.add_column(col, justify="left" if col in ("mode", "cache") else "right")
     with JudgeServer(latency_s=latency_s) as server, tempfile.TemporaryDirectory() as tmp:
         for mode in ("blend", "correct_only"):
-            os.environ.update(GOOGLE_API_KEY="bench", RFT_JUDGE_BASE_URL=server.url, RFT_JUDGE_MODE=mode,
-                              RFT_JUDGE_CACHE=f"{tmp}/{mode}.sqlite", RFT_JUDGE_CONCURRENCY=str(threads),
-                              RFT_JUDGE_RPM="0")  # fmt: skip
+            settings = Path(tmp) / f"{mode}.toml"
+            settings.write_text(f'[judge]\nmode = "{mode}"\nbase_url = "{server.url}"\ncache = "{tmp}/{mode}.sqlite"\n'
+                                f"concurrency = {threads}\nrpm = 0\n")  # fmt: skip
+            os.environ.update(GOOGLE_API_KEY="bench", RFT_REWARD_CONFIG=str(settings))
             fn = load_ours("reward_func_judge.py")
             for cache in ("miss", "hit"):
                 before = len(server.requests)

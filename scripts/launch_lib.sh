@@ -107,7 +107,7 @@ rft_resume() {
 }
 
 # rft_reward_func: the reward file for REWARD=em (exact match, default) or REWARD=judge (Gemini-judged quality,
-# RFT_JUDGE_* settings, see the README); REWARD_FUNC=path overrides both.
+# settings in reward.toml, see docs/rewards.md); REWARD_FUNC=path overrides both.
 rft_reward_func() {
     case "${REWARD:-em}" in
         em) echo "$RFT_ROOT/reward_func_em.py" ;;
@@ -194,12 +194,15 @@ rft_stop_child() {
 # whose last groups were uniform before rollout (--prompt_history). With either the run does the rollout steps
 # the LR schedule was built for, over more passes of the pool.
 rft_prompt_filter() {
-    local filter="${DYNAMIC_FILTER:-0}" history="${PROMPT_HISTORY:-0}"
+    local filter="${DYNAMIC_FILTER:-0}" history="${PROMPT_HISTORY:-0}" scheme
     case "$filter" in
         0) ;;
         1)
             ARGS+=(--dynamic_filtering)
-            if [[ "$(basename "$REWARD_FUNC")" == reward_func_em.py && "${RFT_REWARD_SCHEME:-binary}" == binary ]] \
+            # the scheme the reward files will read: reward.toml's [reward] scheme (rft.reward.settings)
+            scheme="$("$PYTHON" -c 'from rft.reward.settings import load_settings; print(load_settings().scheme)')" \
+                || exit 2
+            if [[ "$(basename "$REWARD_FUNC")" == reward_func_em.py && "$scheme" == binary ]] \
                 || [[ "$(basename "$REWARD_FUNC")" != reward_func_*.py ]]; then
                 ARGS+=(--dynamic_filtering_reward_range 0 1)
             else

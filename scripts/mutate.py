@@ -52,7 +52,8 @@ SCOPES: dict[str, Scope] = {
     "playbook": Scope(("rft/monitor/diagnosis.py",), ("tests/monitor/test_diagnosis.py",)),
     "passk": Scope(("rft/eval/passk.py",), ("tests/eval/test_passk.py",)),
     "loss_diag": Scope(("rft/train/loss_diag.py",), ("tests/train/test_loss_diag.py",)),
-    "data": Scope(("rft/data/pipeline.py",), ("tests/data/test_pipeline.py",)),
+    "data": Scope(("rft/data/pipeline.py", "rft/data/eval_sets.py", "rft/data/config.py"),
+                  ("tests/data/test_pipeline.py", "tests/data/test_eval_sets.py")),
 }
 
 # A pytest plugin written into the copy. mutmut forks every mutant's run from a process that has already run

@@ -1,4 +1,5 @@
-"""NuminaMath-1.5 to RL pool, SFT sets, eval and probe sets: the filter stages, eval sets and seeded splits.
+"""NuminaMath-1.5 to RL pool, SFT sets, eval and probe sets: the filter stages and seeded splits (the eval
+sets: `rft.data.eval_sets`).
 
 Problem identity everywhere is `rft.problems.problem_hash` (MD5 of the normalized problem). Every file is
 written atomically, the data files first, then REPORT.md/report.json, then MANIFEST.json.
@@ -15,18 +16,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm import tqdm
 
-from rft.data.integer_answer import gsm8k_final_answer, parse_integer_answer
-from rft.data.solutions import SFT_OK, last_boxed_content, sft_output
-from rft.data.sources import (
-    BatchStream,
-    DataError,
-    Source,
-    num_rows,
-    parse_source,
-    read_table,
-    resolve_columns,
-    string_column,
-)
+from rft.data.config import DataConfig, Inputs, choose, seeded_rng
+from rft.data.eval_sets import EvalProblem, EvalSets, build_eval_sets, eval_row
+from rft.data.integer_answer import parse_integer_answer
+from rft.data.solutions import SFT_OK, sft_output
+from rft.data.sources import BatchStream, DataError, Source, num_rows, parse_source
 from rft.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, sha256_file
 from rft.problems import problem_hash
 from rft.prompts import build_input
@@ -43,7 +37,6 @@ NUMINA_COLUMNS = {
         "source",
     )
 }
-PROBLEM_ALIASES = ("problem", "question")
 MANIFEST = "MANIFEST.json"
 REPORT_MD = "REPORT.md"
 REPORT_JSON = "report.json"
@@ -84,42 +77,6 @@ TRAINING_ROLES = ("train", "sft")
 
 
 @dataclass
-class DataConfig:
-    """Every knob of the pipeline; the defaults reproduce the data layout in docs/data.md."""
-
-    seed: int = 42
-    rl_pool_size: int = 50_000
-    sft_size: int = 5_000
-    sft_dev_size: int = 500
-    pool_subset_size: int = 400
-    probe_size: int = 200
-    probe_id_mode: str = "in-pool"
-    aime_size: int = 18
-    ood_math_size: int = 170
-    math_levels: tuple[int, ...] = (4, 5)
-    gsm8k_eval_size: int = 500
-    gsm8k_pool_size: int = 0
-    exclude_sources: tuple[str, ...] = ("amc_aime",)
-    require_valid: bool = True
-    min_problem_chars: int = 20
-    min_solution_chars: int = 50
-    batch_size: int = 65_536
-    progress: bool = True
-
-
-@dataclass
-class Inputs:
-    """Source specs of every input dataset (local paths or hub ids); gsm8k_* None skips the GSM8K files."""
-
-    numina: str
-    aime: str
-    math: tuple[str, ...]
-    apex: str
-    gsm8k_train: str | None
-    gsm8k_test: str | None
-
-
-@dataclass
 class StageStat:
     """Rows entering one filter stage, rows it removed, and a few removed rows as examples."""
 
@@ -134,16 +91,6 @@ class StageStat:
     def remaining(self) -> int:
         """Rows that passed this stage."""
         return self.rows_in - self.removed
-
-
-@dataclass
-class EvalProblem:
-    """One eval/probe problem with its canonical label and where it came from."""
-
-    problem: str
-    label: str
-    hash: str
-    origin: str
 
 
 @dataclass
@@ -339,197 +286,6 @@ def filter_numina(source: Source, cfg: DataConfig, blocked: dict[str, str]) -> N
     return NuminaResult(table, labels, hashes, rows, stages, offset, mix)
 
 
-# ----------------------------------------------------------------------------------------- eval inputs
-
-
-def _rng(seed: int, purpose: int) -> np.random.Generator:
-    """An independent generator per purpose, so changing one size never reshuffles another split."""
-    return np.random.default_rng([seed, purpose])
-
-
-def _choose(n: int, k: int, rng: np.random.Generator, what: str, flag: str) -> list[int]:
-    """k distinct indices out of n in increasing order; too few candidates is an error naming the flag."""
-    if k > n:
-        raise DataError(f"{what}: only {n} eligible problems, but {flag} asks for {k}")
-    return sorted(rng.choice(n, size=k, replace=False).tolist())
-
-
-def _problems_and_answers(
-    source: Source, *, answer_required: bool
-) -> tuple[list[str], list[str] | None, pa.Table]:
-    """The problem column and (if present) the answer column of a small eval input."""
-    table = read_table(source)
-    cols = resolve_columns(table.schema.names, {"problem": PROBLEM_ALIASES}, source.label)
-    problems = string_column(table, cols["problem"], source.label)
-    try:
-        answer_col = resolve_columns(table.schema.names, {"answer": ("answer",)}, source.label)["answer"]
-    except DataError:
-        if answer_required:
-            raise
-        return problems, None, table
-    return problems, string_column(table, answer_col, source.label), table
-
-
-@dataclass
-class EvalInput:
-    """Counts for one eval input: rows read, rows usable as integer-answer problems, overlaps dropped."""
-
-    name: str
-    spec: str
-    rows: int = 0
-    usable: int = 0
-    overlap: int = 0
-    selected: int = 0
-    notes: str = ""
-
-
-@dataclass
-class EvalSets:
-    """All eval/probe problems plus the hashes of every eval input row (blocked from training)."""
-
-    aime: list[EvalProblem]
-    ood: list[EvalProblem]
-    gsm8k_eval: list[EvalProblem]
-    gsm8k_train: list[EvalProblem]
-    blocked: dict[str, str]
-    inputs: list[EvalInput]
-
-
-def _unique(problems: list[EvalProblem], taken: set[str], stat: EvalInput) -> list[EvalProblem]:
-    """Drop problems already taken by an earlier eval set or earlier in this one."""
-    out = []
-    for p in problems:
-        if p.hash in taken:
-            stat.overlap += 1
-            continue
-        taken.add(p.hash)
-        out.append(p)
-    return out
-
-
-def load_aime(source: Source, stat: EvalInput) -> list[EvalProblem]:
-    """AIME problems; every answer must be an integer, else an error naming file, row and column."""
-    problems, answers, _ = _problems_and_answers(source, answer_required=True)
-    out = []
-    for row, (problem, answer) in enumerate(zip(problems, answers, strict=True)):
-        label = parse_integer_answer(answer)
-        if label is None:
-            raise DataError(
-                f"{source.label}: row {row}: column 'answer' is {answer!r}, not an integer answer"
-            )
-        out.append(EvalProblem(problem, label, problem_hash(problem), "aime"))
-    stat.rows = stat.usable = len(out)
-    return out
-
-
-def _parse_level(value) -> int | None:
-    """MATH level from "Level 5", "5" or 5; None when unknown ("Level ?")."""
-    if isinstance(value, int):
-        return value
-    digits = "".join(ch for ch in str(value or "") if ch.isdigit())
-    return int(digits) if digits else None
-
-
-def load_math(
-    source: Source, levels: tuple[int, ...], stat: EvalInput
-) -> tuple[list[EvalProblem], list[str]]:
-    """MATH problems at the given levels with an integer answer (answer column, else last \\boxed{})."""
-    problems, answers, table = _problems_and_answers(source, answer_required=False)
-    cols = resolve_columns(table.schema.names, {"level": ("level",)}, source.label)
-    if answers is None:
-        sol = resolve_columns(table.schema.names, {"answer": ("answer", "solution")}, source.label)["answer"]
-        answers = [last_boxed_content(s) for s in string_column(table, sol, source.label)]
-    level_values = table.column(cols["level"]).to_pylist()
-    out = []
-    for problem, answer, level in zip(problems, answers, level_values, strict=True):
-        label = parse_integer_answer(answer)
-        if _parse_level(level) in levels and label is not None:
-            out.append(EvalProblem(problem, label, problem_hash(problem), "math"))
-    stat.rows += len(problems)
-    stat.usable += len(out)
-    return out, problems
-
-
-def load_integer_set(
-    source: Source, origin: str, stat: EvalInput, *, gsm8k: bool
-) -> tuple[list[EvalProblem], list[str]]:
-    """Problems of Apex or GSM8K whose answer is an integer (GSM8K: the number after `####`)."""
-    problems, answers, _ = _problems_and_answers(source, answer_required=True)
-    out = []
-    for problem, answer in zip(problems, answers, strict=True):
-        label = (
-            (gsm8k_final_answer(answer) or parse_integer_answer(answer))
-            if gsm8k
-            else parse_integer_answer(answer)
-        )
-        if label is not None:
-            out.append(EvalProblem(problem, label, problem_hash(problem), origin))
-    stat.rows += len(problems)
-    stat.usable += len(out)
-    return out, problems
-
-
-def build_eval_sets(inputs: Inputs, cfg: DataConfig) -> EvalSets:
-    """Read AIME, MATH, Apex and GSM8K, make the eval sets disjoint, and collect every hash to block."""
-    blocked: dict[str, str] = {}
-    taken: set[str] = set()
-    aime_stat = EvalInput("aime", inputs.aime)
-    aime_all = load_aime(parse_source(inputs.aime), aime_stat)
-    for p in aime_all:
-        blocked.setdefault(p.hash, "aime")
-    aime = _unique(aime_all, taken, aime_stat)
-    aime_pick = [aime[i] for i in _choose(len(aime), cfg.aime_size, _rng(cfg.seed, 1), "AIME", "--aime-size")]
-    aime_stat.selected = len(aime_pick)
-
-    apex_stat = EvalInput("apex", inputs.apex)
-    apex_all, apex_raw = load_integer_set(parse_source(inputs.apex), "apex", apex_stat, gsm8k=False)
-    for text in apex_raw:
-        blocked.setdefault(problem_hash(text), "apex")
-    apex = _unique(apex_all, taken, apex_stat)
-    apex_stat.selected = len(apex)
-    apex_stat.notes = "all integer ones"
-
-    math_stat = EvalInput("math", " ".join(inputs.math))
-    math_all: list[EvalProblem] = []
-    for spec in inputs.math:
-        found, raw = load_math(parse_source(spec, "test"), cfg.math_levels, math_stat)
-        math_all.extend(found)
-        for text in raw:
-            blocked.setdefault(problem_hash(text), "math")
-    math = _unique(math_all, taken, math_stat)
-    math_pick = [
-        math[i] for i in _choose(len(math), cfg.ood_math_size, _rng(cfg.seed, 2), "MATH", "--ood-math-size")
-    ]
-    math_stat.selected = len(math_pick)
-    math_stat.notes = f"levels {', '.join(map(str, cfg.math_levels))}"
-    stats = [aime_stat, math_stat, apex_stat]
-
-    gsm_eval: list[EvalProblem] = []
-    gsm_train: list[EvalProblem] = []
-    if inputs.gsm8k_test and inputs.gsm8k_train:
-        test_stat = EvalInput("gsm8k_test", inputs.gsm8k_test)
-        test_all, raw = load_integer_set(
-            parse_source(inputs.gsm8k_test, "test"), "gsm8k", test_stat, gsm8k=True
-        )
-        for text in raw:
-            blocked.setdefault(problem_hash(text), "gsm8k_test")
-        test = _unique(test_all, taken, test_stat)
-        k = cfg.gsm8k_eval_size or len(test)
-        gsm_eval = [
-            test[i] for i in _choose(len(test), k, _rng(cfg.seed, 3), "GSM8K test", "--gsm8k-eval-size")
-        ]
-        test_stat.selected = len(gsm_eval)
-        train_stat = EvalInput("gsm8k_train", inputs.gsm8k_train)
-        train_all, _ = load_integer_set(
-            parse_source(inputs.gsm8k_train, "train"), "gsm8k", train_stat, gsm8k=True
-        )
-        gsm_train = _unique(train_all, taken, train_stat)
-        train_stat.notes = "pool candidates"
-        stats += [test_stat, train_stat]
-    ood = math_pick + apex
-    return EvalSets(aime_pick, ood, gsm_eval, gsm_train, blocked, stats)
-
-
 # ----------------------------------------------------------------------------------------- splits
 
 
@@ -549,7 +305,7 @@ class Splits:
 def make_splits(numina: NuminaResult, cfg: DataConfig) -> Splits:
     """Seeded, disjoint-by-hash splits of the eligible rows (rows are already unique by hash)."""
     n = len(numina.labels)
-    order = _rng(cfg.seed, 0).permutation(n).tolist()
+    order = seeded_rng(cfg.seed, 0).permutation(n).tolist()
     held_out = cfg.probe_id_mode == "held-out"
     probe = order[: cfg.probe_size] if held_out else []
     rest_order = order[len(probe) :]
@@ -586,14 +342,14 @@ def make_splits(numina: NuminaResult, cfg: DataConfig) -> Splits:
         )
     if not held_out:
         probe = [
-            pool[j] for j in _choose(len(pool), cfg.probe_size, _rng(cfg.seed, 5), "RL pool", "--probe-size")
+            pool[j] for j in choose(len(pool), cfg.probe_size, seeded_rng(cfg.seed, 5), "RL pool", "--probe-size")
         ]
     probe_set = set(probe)
     others = [i for i in pool if i not in probe_set]
     subset = [
         others[j]
-        for j in _choose(
-            len(others), cfg.pool_subset_size, _rng(cfg.seed, 6), "RL pool", "--pool-subset-size"
+        for j in choose(
+            len(others), cfg.pool_subset_size, seeded_rng(cfg.seed, 6), "RL pool", "--pool-subset-size"
         )
     ]
     return Splits(pool, subset, sft_train, sft_dev, probe, outputs, reasons)
@@ -604,7 +360,7 @@ def gsm8k_pool(
 ) -> tuple[list[EvalProblem], int]:
     """GSM8K train problems not in any Numina split, seeded order; returns (pool, overlap removed)."""
     fresh = [p for p in candidates if p.hash not in numina_hashes]
-    order = _rng(cfg.seed, 4).permutation(len(fresh)).tolist()
+    order = seeded_rng(cfg.seed, 4).permutation(len(fresh)).tolist()
     k = cfg.gsm8k_pool_size or len(fresh)
     if k > len(fresh):
         raise DataError(
@@ -619,14 +375,6 @@ def gsm8k_pool(
 def rl_row(problem: str, label: str) -> dict:
     """An RL pool row."""
     return {"input": build_input(problem), "label": label}
-
-
-def eval_row(p: EvalProblem, datasource: str, *, origin: bool = False) -> dict:
-    """An eval/probe row; `datasource` names the set in OpenRLHF's eval logs (eval_<datasource>_pass1)."""
-    row = {"input": build_input(p.problem), "label": p.label, "datasource": datasource}
-    if origin:
-        row["origin"] = p.origin
-    return row
 
 
 @dataclass

@@ -86,18 +86,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"launch refused: {e}", file=sys.stderr)
             return 1
     try:
-        return _check_and_launch(ns, profile, rest, dry_run, judge_live)
+        return _check_and_launch(ns, profile, rest, dry_run, judge_live, dict(os.environ))
     finally:  # reached only without the exec: a refusal or RFT_LAUNCH_NO_EXEC
         for fd in locks:
             os.close(fd)
 
 
 def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str], dry_run: bool,
-                      judge_live: bool) -> int:
-    """Run the checks; print them (dry run) or refuse, tag, record and exec OpenRLHF."""
+                      judge_live: bool, env: dict[str, str]) -> int:
+    """Run the checks on `env` (the environment, read once by main); print them (dry run) or refuse, tag,
+    record and exec OpenRLHF."""
     prefix = command_prefix(profile)
     command = format_command(prefix, rest)
-    rep, facts = run_checks(profile, rest, judge_live=judge_live)
+    rep, facts = run_checks(profile, rest, env, judge_live=judge_live)
     plan, fits = ("", None) if profile.cpu else memory_plan(rest, nodes=int(os.environ.get("NODES") or 1))
     if fits is False:
         rep.warnings.append("memory plan: the actor does not fit its GPUs by the estimate below "

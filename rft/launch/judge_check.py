@@ -1,8 +1,9 @@
 """Pre-launch checks of the judge reward (REWARD=judge): settings, credentials, a run cost estimate, one live call.
 
 Used by `rft.launch.rules.run_checks` when `--remote_rm_url` is `reward_func_judge.py`. Missing credentials
-or a failed live call block a launch (NEEDS); invalid settings are errors naming the variable. The live call
-(one tiny judgement, never cached) runs before any GPU work unless `--no-judge-check` or JUDGE_LIVE_CHECK=0.
+or a failed live call block a launch (NEEDS); invalid settings in reward.toml are errors naming the file and the key.
+The live call (one tiny judgement, never cached) runs before any GPU work unless `--no-judge-check` or
+JUDGE_LIVE_CHECK=0.
 """
 
 from __future__ import annotations
@@ -13,15 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from rft.reward.blend import BlendConfig
-from rft.reward.judge import (
-    Judge,
-    JudgeConfig,
-    JudgeConfigError,
-    credentials_status,
-    estimate_run_cost,
-    make_client,
-)
+from rft.reward.judge import Judge, JudgeConfig, credentials_status, estimate_run_cost, make_client
+from rft.reward.settings import RewardSettings, RewardSettingsError, load_settings
 
 JUDGE_REWARD_FILE = "reward_func_judge.py"
 LIVE_PROBLEM = "What is 2 + 2?"
@@ -42,21 +36,13 @@ def uses_judge(a: argparse.Namespace) -> bool:
     return bool(urls) and Path(urls[0]).name == JUDGE_REWARD_FILE
 
 
-def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit():
-        raise JudgeConfigError(f"{name}={raw!r} must be a whole number of tokens")
-    return int(raw)
-
-
-def cost_note(a: argparse.Namespace, cfg: JudgeConfig, blend: BlendConfig, steps: int | None, env: Mapping[str, str]) -> str:
+def cost_note(a: argparse.Namespace, settings: RewardSettings, steps: int | None) -> str:
     """The run's judge cost estimate: samples per step x steps x judged share x expected tokens."""
+    cfg, blend, expected = settings.judge, settings.blend, settings.estimate
     per_step = a.rollout_batch_size * a.n_samples_per_prompt
-    response = _int_env(env, "RFT_JUDGE_EXPECTED_RESPONSE_TOKENS", a.generate_max_len // 2)
-    output = _int_env(env, "RFT_JUDGE_EXPECTED_OUTPUT_TOKENS", 1000)
-    share = 1.0 if blend.mode == "blend" else float(env.get("RFT_JUDGE_EXPECTED_SOLVE_RATE", "0.5"))
+    response = expected.response_tokens or a.generate_max_len // 2
+    output = expected.output_tokens
+    share = 1.0 if blend.mode == "blend" else expected.solve_rate
     inp = PROMPT_OVERHEAD_TOKENS + min(response, cfg.max_chars // 3)
     if steps is None:
         return f"judge cost: {per_step} samples/step; run length unknown (no LR schedule), no estimate"
@@ -87,15 +73,14 @@ def judge_rule(
         return
     env = os.environ if env is None else env
     try:
-        blend = BlendConfig.from_env(env)
-        cfg = JudgeConfig.from_env(env)
-        note = cost_note(a, cfg, blend, steps, env)
-    except (JudgeConfigError, ValueError) as e:
+        settings = load_settings(env=env)
+    except RewardSettingsError as e:
         rep.errors.append(f"judge: {e}")
         return
+    blend, cfg = settings.blend, settings.judge
     rep.notes.append(
         f"judge: {blend.mode} (weights em {blend.em_weight:g}, quality {blend.quality_weight:g}), chain "
-        f"{' -> '.join(cfg.models)}, cache {cfg.cache_path or 'off'}"
+        f"{' -> '.join(cfg.models)}, cache {cfg.cache_path or 'off'}; settings from {settings.source}"
     )
     engines = max(1, getattr(a, "vllm_num_engines", 1) or 1)
     rep.notes.append(
@@ -103,10 +88,10 @@ def judge_rule(
         f"each of {engines} vLLM engine(s): up to {cfg.concurrency * engines} concurrent, "
         f"{cfg.requests_per_min * engines:g}/min overall"
     )
-    rep.notes.append(note)
+    rep.notes.append(cost_note(a, settings, steps))
     if blend.mode == "blend":
         rep.warnings.append(
-            "judge: RFT_JUDGE_MODE=blend gives wrong answers partial credit (reward for pleasing the judge); "
+            "judge: [judge] mode = \"blend\" gives wrong answers partial credit (reward for pleasing the judge); "
             "correct_only pays nothing for wrong answers"
         )
     ok, why = credentials_status(env)

@@ -15,6 +15,7 @@ import io
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,23 +36,29 @@ class ParseResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def openrlhf_root() -> Path:
-    """Directory that contains the `openrlhf/` package used for checks (env override, else installed)."""
-    override = os.environ.get(OPENRLHF_DIR_ENV)
-    if override:
-        root = Path(override)
-        if not (root / "openrlhf").is_dir():
-            raise FileNotFoundError(f"{OPENRLHF_DIR_ENV}={override} has no openrlhf/ directory")
-        return root
+def installed_root() -> Path:
+    """Directory that contains the installed `openrlhf/` package (located, not imported)."""
     spec = importlib.util.find_spec("openrlhf")  # locates the package without executing it
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"openrlhf is not installed for {sys.executable}")
     return Path(list(spec.submodule_search_locations)[0]).parent
 
 
-def cli_source(entry: str = "ppo") -> Path:
-    """Path of the CLI module for `entry` ('ppo' or 'sft')."""
-    return openrlhf_root() / "openrlhf" / "cli" / f"{ENTRIES[entry]}.py"
+def openrlhf_root(env: Mapping[str, str] | None = None) -> Path:
+    """Directory that contains the `openrlhf/` package used for checks: $RFT_OPENRLHF_DIR in `env` (default: the
+    process environment), else the installed one."""
+    override = (os.environ if env is None else env).get(OPENRLHF_DIR_ENV)
+    if not override:
+        return installed_root()
+    root = Path(override)
+    if not (root / "openrlhf").is_dir():
+        raise FileNotFoundError(f"{OPENRLHF_DIR_ENV}={override} has no openrlhf/ directory")
+    return root
+
+
+def cli_source(entry: str = "ppo", root: Path | None = None) -> Path:
+    """Path of the CLI module for `entry` ('ppo' or 'sft') under `root` (default: `openrlhf_root()`)."""
+    return (root or openrlhf_root()) / "openrlhf" / "cli" / f"{ENTRIES[entry]}.py"
 
 
 def _is_train_call(stmt: ast.stmt) -> bool:
@@ -95,9 +102,10 @@ def _compiled_main(path: Path):
     return code
 
 
-def parse_args(argv: list[str], entry: str = "ppo") -> ParseResult:
-    """Run OpenRLHF's parser and validation on `argv`; raise FlagError with its message on rejection."""
-    path = cli_source(entry)
+def parse_args(argv: list[str], entry: str = "ppo", root: Path | None = None) -> ParseResult:
+    """Run the parser and validation of the OpenRLHF under `root` (default: `openrlhf_root()`) on `argv`; raise
+    FlagError with its message on rejection."""
+    path = cli_source(entry, root)
     code = _compiled_main(path)
     namespace: dict = {"__name__": "rft_flag_check", "argparse": argparse, "datetime": datetime.datetime}
     out, err = io.StringIO(), io.StringIO()
@@ -122,9 +130,9 @@ def parse_args(argv: list[str], entry: str = "ppo") -> ParseResult:
     return ParseResult(namespace["args"], warnings)
 
 
-def known_flags(entry: str = "ppo") -> set[str]:
+def known_flags(entry: str = "ppo", root: Path | None = None) -> set[str]:
     """Every option string the (patched) parser defines, e.g. {'--offload', '--pretrain', ...}."""
-    path = cli_source(entry)
+    path = cli_source(entry, root)
     tree = ast.parse(path.read_text(encoding="utf-8"))
     flags = set()
     for node in ast.walk(tree):

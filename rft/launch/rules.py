@@ -13,15 +13,17 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rft.io import iter_jsonl_lines, sha256_file
 from rft.launch.judge_check import judge_rule
 from rft.launch.lr_schedule import evaluate, report, schedule_from_args, suggest, suggestion_line
-from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, parse_args
+from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, installed_root, openrlhf_root, parse_args
 from rft.problems import problem_hash
 from rft.provenance import REPO_ROOT, patch_state
+from rft.reward.settings import RewardSettingsError, load_settings
 
 GIB = 1024**3
 
@@ -345,8 +347,10 @@ def _gpu_label(g: dict) -> str:
     return f"{g['index']}:{g['name']} {g['memory_gib']} GiB"
 
 
-def check_gpus(needed: int, profile: Profile, gpus: list[dict] | None, rep: Report) -> None:
-    """GPU count and memory against the command's placement."""
+def check_gpus(
+    needed: int, profile: Profile, gpus: list[dict] | None, rep: Report, ray_address: str | None = None
+) -> None:
+    """GPU count and memory against the command's placement (not the count on an existing Ray cluster)."""
     if gpus is None or not gpus:
         rep.blocking.append(
             f"GPUs: this launch needs {needed} GPU(s) with >= {profile.min_gpu_mem_gib:g} GiB each; nvidia-smi "
@@ -359,10 +363,8 @@ def check_gpus(needed: int, profile: Profile, gpus: list[dict] | None, rep: Repo
             f"GPUs: {len(small)} GPU(s) below {profile.min_gpu_mem_gib:g} GiB "
             f"({', '.join(_gpu_label(g) for g in small)})"
         )
-    if os.environ.get("RAY_ADDRESS"):
-        rep.notes.append(
-            f"GPUs: existing Ray cluster {os.environ['RAY_ADDRESS']}: {needed} needed, count not checked here"
-        )
+    if ray_address:
+        rep.notes.append(f"GPUs: existing Ray cluster {ray_address}: {needed} needed, count not checked here")
     elif len(gpus) < needed:
         rep.blocking.append(f"GPUs: the command places {needed} GPUs, this node has {len(gpus)}")
     else:
@@ -371,10 +373,26 @@ def check_gpus(needed: int, profile: Profile, gpus: list[dict] | None, rep: Repo
         )
 
 
+EM_REWARD_FILE = "reward_func_em.py"
+
+
+def em_settings_rule(a: argparse.Namespace, rep: Report, env: Mapping[str, str]) -> None:
+    """reward_func_em.py reads reward.toml when each vLLM engine loads it: the file must load here first."""
+    urls = getattr(a, "remote_rm_url", None) or []
+    if not urls or Path(urls[0]).name != EM_REWARD_FILE:
+        return
+    try:
+        settings = load_settings(env=env)
+    except RewardSettingsError as e:
+        rep.errors.append(f"reward: {e}")
+        return
+    rep.notes.append(f"reward: exact match, scheme {settings.scheme} ({settings.source})")
+
+
 CPU_SITE = REPO_ROOT / "rft" / "cpu" / "site"
 
 
-def standins_rule(profile: Profile, env: dict[str, str], gpus: list[dict] | None) -> list[str]:
+def standins_rule(profile: Profile, env: Mapping[str, str], gpus: list[dict] | None) -> list[str]:
     """The CPU stand-ins never reach a GPU node: the cpu profile refuses GPUs, a GPU profile the stand-ins."""
     if profile.cpu:
         if gpus:
@@ -428,16 +446,12 @@ def check_disk(paths: list[str], min_gib: float, rep: Report) -> None:
 # ---------------------------------------------------------------- patches and the whole set
 
 
-def patched_scratch_copy(dest: Path) -> Path | None:
-    """Copy the installed openrlhf/ into `dest` and apply the patch series there; None if that fails."""
-    from rft.launch.openrlhf_cli import openrlhf_root
-
+def patched_scratch_copy(dest: Path, source: Path) -> Path | None:
+    """Copy `source`/openrlhf/ into `dest` and apply the patch series there; None if that fails."""
     script = REPO_ROOT / "apply_patches.sh"
     if not script.is_file():
         return None
-    shutil.copytree(
-        openrlhf_root() / "openrlhf", dest / "openrlhf", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    shutil.copytree(source / "openrlhf", dest / "openrlhf", ignore=shutil.ignore_patterns("__pycache__"))
     res = subprocess.run(
         ["bash", str(script), "--target", str(dest)], capture_output=True, text=True, cwd=REPO_ROOT
     )
@@ -445,25 +459,27 @@ def patched_scratch_copy(dest: Path) -> Path | None:
 
 
 
-def smoke_mode() -> bool:
+def smoke_mode(env: Mapping[str, str] | None = None) -> bool:
     """RFT_SMOKE=1 (SMOKE=1 in the launch scripts): a smoke run, a few steps on purpose."""
-    return os.environ.get("RFT_SMOKE") == "1"
+    return (os.environ if env is None else env).get("RFT_SMOKE") == "1"
 
 
-def sft_gpus(profile: Profile) -> int:
+def sft_gpus(profile: Profile, env: Mapping[str, str] | None = None) -> int:
     """GPUs for the DeepSpeed launcher: NUM_GPUS from the environment, else the profile's."""
-    value = os.environ.get("NUM_GPUS", "").strip()
+    value = (os.environ if env is None else env).get("NUM_GPUS", "").strip()
     return int(value) if value.isdigit() else profile.sft_gpus
 
 
 def run_checks(
-    profile: Profile, argv: list[str], *, lr_pool: int | None = None, judge_live: bool = True
+    profile: Profile, argv: list[str], env: Mapping[str, str], *, lr_pool: int | None = None, judge_live: bool = True
 ) -> tuple[Report, dict]:
     """Every check that does not change anything (but one live judge call with REWARD=judge); returns the
-    report and facts for the run record."""
+    report and facts for the run record. `env`: the launcher's environment, read once by its entry point
+    (RFT_OPENRLHF_DIR, POOL, RAY_ADDRESS, RFT_SMOKE, NUM_GPUS, the judge's credentials and settings file)."""
     rep = Report()
     facts: dict = {}
-    state = patch_state(target=os.environ.get(OPENRLHF_DIR_ENV))
+    override = env.get(OPENRLHF_DIR_ENV)
+    state = patch_state(target=override)
     patched, patch_out = state.applied, state.output
     facts["patches"] = {"applied": patched, "check_output": patch_out}
     (rep.notes if patched else rep.blocking).append(
@@ -473,18 +489,15 @@ def run_checks(
     )
     where = "the installed (patched) OpenRLHF" if patched else "the installed OpenRLHF"
     with tempfile.TemporaryDirectory(prefix="rft-openrlhf-") as tmp:
-        old = os.environ.get(OPENRLHF_DIR_ENV)
-        if not patched and not old and patched_scratch_copy(Path(tmp)):
-            os.environ[OPENRLHF_DIR_ENV] = tmp  # check the flags the patched library will have
+        root = openrlhf_root(env)
+        if not patched and not override and patched_scratch_copy(Path(tmp), installed_root()):
+            root = Path(tmp)  # check the flags the patched library will have
             where = "a scratch copy of the installed OpenRLHF with the patch series applied"
         try:
-            parsed = parse_args(argv, profile.entry)
+            parsed = parse_args(argv, profile.entry, root)
         except FlagError as e:
             rep.errors.append(f"{e} (checked against {where})")
             return rep, facts
-        finally:
-            if old is None:
-                os.environ.pop(OPENRLHF_DIR_ENV, None)
     a = parsed.args
     rep.notes.append(f"flags: accepted by OpenRLHF's own parser and validation ({profile.entry}), on {where}")
     rep.warnings += [f"OpenRLHF: {w}" for w in parsed.warnings]
@@ -499,7 +512,7 @@ def run_checks(
     facts["data_sha256"] = check_data(a, profile.entry, rep)
     sched = None
     if profile.entry == "ppo":
-        env_pool = os.environ.get("POOL", "").strip()
+        env_pool = env.get("POOL", "").strip()
         try:
             try:
                 sched = schedule_from_args(a, lr_pool)
@@ -514,8 +527,8 @@ def run_checks(
             verdict = evaluate(sched)
             facts["lr_preflight"] = report(sched, verdict)
             # a smoke run is a few steps on purpose: the schedule rules do not apply to it
-            (rep.warnings if smoke_mode() else rep.errors).extend(f"LR preflight: {e}" for e in verdict.errors)
-            hints = suggest(sched) if not verdict.ok and not smoke_mode() else []
+            (rep.warnings if smoke_mode(env) else rep.errors).extend(f"LR preflight: {e}" for e in verdict.errors)
+            hints = suggest(sched) if not verdict.ok and not smoke_mode(env) else []
             if hints:
                 rep.errors.append(f"LR preflight: {suggestion_line(hints)}")
             rep.warnings += [f"LR preflight: {w}" for w in verdict.warnings]
@@ -526,17 +539,18 @@ def run_checks(
                 )
             if getattr(a, "dynamic_filtering", False) or getattr(a, "prompt_history", False):
                 rep.notes.append(prompt_filter_note(a, sched))
-        judge_rule(a, rep, sched.rollout_steps if sched is not None else None, live=judge_live)
+        em_settings_rule(a, rep, env)
+        judge_rule(a, rep, sched.rollout_steps if sched is not None else None, live=judge_live, env=env)
         needed = gpus_needed(a)
     else:
-        needed = sft_gpus(profile)
+        needed = sft_gpus(profile, env)
     gpus = gpu_inventory()
-    rep.errors += standins_rule(profile, dict(os.environ), gpus)
-    if smoke_mode() and profile.entry == "sft":
+    rep.errors += standins_rule(profile, env, gpus)
+    if smoke_mode(env) and profile.entry == "sft":
         rep.errors.append("SMOKE=1 checks a GRPO run's LoRA sync to vLLM: an SFT launch has no smoke run")
-    elif smoke_mode() and (a.lora_rank <= 0 or not (a.vllm_num_engines or 0)):
+    elif smoke_mode(env) and (a.lora_rank <= 0 or not (a.vllm_num_engines or 0)):
         rep.errors.append("SMOKE=1 checks the LoRA sync to vLLM: this command has no LoRA adapter or no engine")
-    elif smoke_mode():
+    elif smoke_mode(env):
         rep.notes.append(
             f"smoke run: {a.max_samples} prompts = {a.max_samples // max(a.rollout_batch_size, 1)} rollout step(s), "
             f"lr {a.actor_learning_rate:g}, eval and checkpoints off, sync probe on; PASS/FAIL at the end"
@@ -547,7 +561,7 @@ def run_checks(
             rep.warnings.append("--vllm_sync_lora_skip: the ablation run, rollouts stay on the base model")
     else:
         facts["gpus"] = gpus
-        check_gpus(needed, profile, gpus, rep)
+        check_gpus(needed, profile, gpus, rep, env.get("RAY_ADDRESS"))
         if getattr(a, "vllm_sync_lora_skip", False):
             rep.errors.append("--vllm_sync_lora_skip is an ablation for the CPU profile: it would train nothing")
     check_disk([a.save_path, a.ckpt_path], profile.min_free_disk_gib, rep)

@@ -786,10 +786,10 @@ def playbook(log: MetricsLog, spikes: Sequence[Spike], th: Thresholds) -> list[V
 
 JUDGE_ACTIONS = {
     "fail": "Judge calls are failing (quota, timeouts, malformed replies): those samples get the running-mean "
-    "quality, so the quality signal thins out. Lower RFT_JUDGE_CONCURRENCY / RFT_JUDGE_RPM, raise the quota, "
+    "quality, so the quality signal thins out. Lower concurrency / rpm in reward.toml's [judge], raise the quota, "
     "or fall back to REWARD=em.",
     "hacking": "Wrong answers are paid above their group: the policy is learning to please the judge. Use "
-    "RFT_JUDGE_MODE=correct_only (no credit for wrong answers), trust the OOD probe, stop early.",
+    "[judge] mode = \"correct_only\" in reward.toml (no credit for wrong answers), trust the OOD probe, stop early.",
 }
 
 

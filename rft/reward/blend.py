@@ -7,15 +7,14 @@
   for wrong answers pays for pleasing the judge, so loading it logs a warning.
 
 When every model fails for a sample the quality is the running mean of recent successful judgements (the
-failure shifts nothing on average; RFT_JUDGE_FALLBACK=em: 0, exact match alone) and `judge_ok` is 0. Configured by RFT_JUDGE_MODE, RFT_JUDGE_WEIGHTS
-(`em,quality`), RFT_REWARD_SCHEME and the RFT_JUDGE_* settings of `rft.reward.judge`.
+failure shifts nothing on average; `fallback = "em"`: 0, exact match alone) and `judge_ok` is 0. Configured by
+reward.toml (`rft.reward.settings`): [reward] scheme, [judge] mode, weights and the judge's own settings.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rft.reward.exact_match import (
@@ -27,10 +26,9 @@ from rft.reward.exact_match import (
     isolate_response,
     reward_value,
     safe_grade,
-    scheme_from_env,
     user_message,
 )
-from rft.reward.judge import Judge, JudgeConfig, JudgeConfigError, Judgement
+from rft.reward.judge import Judge, JudgeConfig, Judgement
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +45,7 @@ JUDGE_LOG_KEYS = (
 )
 EXTRA_LOG_KEYS_JUDGE = (*EXTRA_LOG_KEYS, *JUDGE_LOG_KEYS)
 BLEND_WARNING = (
-    "rft.reward.blend: RFT_JUDGE_MODE=blend pays wrong answers up to %.2f for pleasing the judge (partial credit "
+    "rft.reward.blend: [judge] mode = \"blend\" pays wrong answers up to %.2f for pleasing the judge (partial credit "
     "invites reward hacking: watch reward_high_but_wrong and the OOD probe); correct_only pays nothing for wrong answers"
 )
 NOT_ASKED = Judgement(None, "", -1, 0.0, 0.0, False)
@@ -55,35 +53,12 @@ NOT_ASKED = Judgement(None, "", -1, 0.0, 0.0, False)
 
 @dataclass(frozen=True)
 class BlendConfig:
-    """Mode, weights and the EM scheme of the judged reward."""
+    """Mode, weights and the EM scheme of the judged reward (`rft.reward.settings` reads them from reward.toml)."""
 
     mode: str = "correct_only"
     em_weight: float = 0.8
     quality_weight: float = 0.2
     scheme: str = "binary"
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> BlendConfig:
-        """RFT_JUDGE_MODE, RFT_JUDGE_WEIGHTS (`em,quality`), RFT_REWARD_SCHEME; errors name the variable."""
-        env = os.environ if env is None else env
-        mode = env.get("RFT_JUDGE_MODE", "correct_only").strip().lower() or "correct_only"
-        if mode not in MODES:
-            raise JudgeConfigError(f"RFT_JUDGE_MODE={mode!r} is not a mode; use one of {list(MODES)}")
-        raw = env.get("RFT_JUDGE_WEIGHTS", "").strip()
-        if raw:
-            try:
-                em_w, q_w = (float(x) for x in raw.split(","))
-            except ValueError:
-                raise JudgeConfigError(f"RFT_JUDGE_WEIGHTS={raw!r}: expected two numbers `em,quality`") from None
-        else:
-            em_w, q_w = DEFAULT_WEIGHTS[mode]
-        if not (em_w > 0 and q_w >= 0):
-            raise JudgeConfigError(f"RFT_JUDGE_WEIGHTS={raw!r}: the EM weight must be > 0 and the quality weight >= 0")
-        try:
-            scheme = scheme_from_env(dict(env))
-        except ValueError as e:
-            raise JudgeConfigError(str(e)) from None
-        return cls(mode, em_w, q_w, scheme)
 
     def asks_judge(self, g: Grade) -> bool:
         """Whether this sample's reward depends on the judge."""
@@ -140,10 +115,9 @@ def make_judge_reward_func(cfg: BlendConfig, judge: Judge) -> Callable[[Sequence
     return reward_func
 
 
-def reward_func_from_env(env: Mapping[str, str] | None = None, client=None) -> Callable:
-    """The judged reward configured from the environment (warns at load time in blend mode)."""
-    cfg = BlendConfig.from_env(env)
-    judge = Judge(JudgeConfig.from_env(env), client=client)
+def judge_reward_func(cfg: BlendConfig, judge_cfg: JudgeConfig, client=None) -> Callable:
+    """The judged reward for these settings (warns at load time in blend mode)."""
+    judge = Judge(judge_cfg, client=client)
     if cfg.mode == "blend":
         worst_wrong = cfg.em_weight * reward_value(Grade(False, "x", "boxed", True, True, False, False), cfg.scheme)
         log.warning(BLEND_WARNING, worst_wrong + cfg.quality_weight)

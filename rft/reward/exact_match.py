@@ -5,13 +5,13 @@ prompts, labels)` that reward_func_em.py hands OpenRLHF; it follows
 OpenRLHF 0.9.3's contract for `--remote_rm_url file.py` (`openrlhf/utils/agent.py`): it is called per
 sample from a worker thread with `queries` = decode(prompt + response, skip_special_tokens=False) and
 must return `rewards`, `scores` and numeric `extra_logs`. It never raises: an exception there would
-silently drop the sample's reward. The scheme comes from `RFT_REWARD_SCHEME` (see `SCHEMES`).
+silently drop the sample's reward. The scheme (see `SCHEMES`) is reward.toml's [reward] scheme
+(`rft.reward.settings`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -53,7 +53,6 @@ SCHEMES: dict[str, tuple[float, float, float]] = {
     "binary": (1.0, 0.0, 0.0),
     "signed": (1.0, -1.0, -0.5),
 }
-SCHEME_ENV = "RFT_REWARD_SCHEME"
 PARSE_METHOD_CODE = {"boxed": 2.0, "phrase": 1.0, "gsm8k": 1.0, "last_number": 1.0, "none": 0.0}
 EXTRA_LOG_KEYS = (
     "correctness",
@@ -283,14 +282,6 @@ def grade(response: str, label: str | None, *, finished: bool | None = None) -> 
     )
     correct = answer is not None and gold is not None and answers_equal(answer, gold)
     return Grade(correct, answer, method, answer is not None, has_boxed, boxed_in_final, truncated, gold is None)
-
-
-def scheme_from_env(env: dict[str, str] | None = None) -> str:
-    """The reward scheme named by RFT_REWARD_SCHEME (default `binary`); ValueError names the variable."""
-    name = (os.environ if env is None else env).get(SCHEME_ENV, "binary").strip().lower() or "binary"
-    if name not in SCHEMES:
-        raise ValueError(f"{SCHEME_ENV}={name!r} is not a known reward scheme; use one of {sorted(SCHEMES)}")
-    return name
 
 
 def reward_value(g: Grade, scheme: str) -> float:

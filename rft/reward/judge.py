@@ -1,7 +1,7 @@
-"""The Gemini reasoning-quality judge: configuration, prompt, limits, persistent cache, cost, fallback chain.
+"""The Gemini reasoning-quality judge: credentials, prompt, limits, persistent cache, cost, fallback chain.
 
 `Judge.judge(problem, response, reference)` asks the models of the chain in order (the official `google-genai`
-SDK, Vertex AI or an API key as the machine is configured; `RFT_JUDGE_BASE_URL` replaces the endpoint) for
+SDK, Vertex AI or an API key as the machine is configured; `base_url` replaces the endpoint) for
 structured JSON `{"score": <0..1>, "reason": "..."}` at temperature 0. Each call is bounded by a per-call
 timeout, a process-wide concurrency bound and request-rate limit shared by every thread; 429/5xx/timeouts
 are retried with exponential backoff (the SDK's own retries stay off), anything else moves to the next model.
@@ -65,10 +65,6 @@ penalize the omission.
 Reply only with JSON: {"score": <number in [0, 1]>, "reason": "<one sentence>"}."""
 
 
-class JudgeConfigError(ValueError):
-    """A judge setting in the environment is invalid (the message names the variable)."""
-
-
 class MalformedJudgement(ValueError):
     """The model's reply was not `{"score": <number in [0, 1]>, "reason": "..."}`."""
 
@@ -78,79 +74,13 @@ class MalformedJudgement(ValueError):
 # ---------------------------------------------------------------------------------------------------
 
 
-def _env_number(env: Mapping[str, str], name: str, default: float, lo: float, hi: float = math.inf) -> float:
-    """A number from the environment in [lo, hi]; JudgeConfigError names the variable."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise JudgeConfigError(f"{name}={raw!r} is not a number") from None
-    if not lo <= value <= hi or math.isnan(value):
-        raise JudgeConfigError(f"{name}={raw!r} must be in [{lo:g}, {hi:g}]")
-    return value
-
-
-def parse_prices(text: str, source: str) -> dict[str, tuple[float, float]]:
-    """`model=in/out,...` (USD per million tokens), or a JSON object {model: [in, out]}."""
-    text = text.strip()
-    try:
-        items = json.loads(text).items() if text.startswith("{") else None
-    except json.JSONDecodeError as e:
-        raise JudgeConfigError(f"{source}: not valid JSON ({e})") from None
-    if items is None:
-        items = []
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            model, _, pair = part.partition("=")
-            items.append((model.strip(), pair.split("/")))
-    prices = {}
-    for model, pair in items:
-        try:
-            inp, out = (float(x) for x in pair)
-        except (TypeError, ValueError):
-            raise JudgeConfigError(f"{source}: price of {model!r} must be two numbers in/out, got {pair!r}") from None
-        if not model or inp < 0 or out < 0:
-            raise JudgeConfigError(f"{source}: bad entry {model!r}={pair!r}")
-        prices[model] = (inp, out)
-    return prices
-
-
-def _prices_from_env(env: Mapping[str, str]) -> dict[str, tuple[float, float]]:
-    """DEFAULT_PRICES updated by RFT_JUDGE_PRICES (inline table or a JSON file path)."""
-    raw = env.get("RFT_JUDGE_PRICES", "").strip()
-    prices = dict(DEFAULT_PRICES)
-    if not raw:
-        return prices
-    if not raw.startswith("{") and "=" not in raw:
-        try:
-            raw_file = Path(raw).expanduser().read_text()
-        except OSError as e:
-            raise JudgeConfigError(f"RFT_JUDGE_PRICES={raw!r}: cannot read the price file ({e})") from None
-        prices.update(parse_prices(raw_file, f"RFT_JUDGE_PRICES file {raw}"))
-    else:
-        prices.update(parse_prices(raw, "RFT_JUDGE_PRICES"))
-    return prices
-
-
-def default_cache_path(env: Mapping[str, str]) -> Path | None:
-    """RFT_JUDGE_CACHE (`off` disables), else $METRICS_LOG_DIR/judge_cache.sqlite, else ~/.cache/rft/."""
-    raw = env.get("RFT_JUDGE_CACHE", "").strip()
-    if raw.lower() in ("off", "0", "none"):
-        return None
-    if raw:
-        return Path(raw).expanduser()
-    if env.get("METRICS_LOG_DIR", "").strip():
-        return Path(env["METRICS_LOG_DIR"]).expanduser() / CACHE_FILE
-    return Path.home() / ".cache" / "rft" / CACHE_FILE
-
-
-FALLBACKS = ("mean", "em")  # RFT_JUDGE_FALLBACK: what a sample every model failed on is scored with
+FALLBACKS = ("mean", "em")  # what a sample every model failed on is scored with ([judge] fallback)
+THINKING_LEVELS = ("minimal", "low", "medium", "high", "none")
 
 
 @dataclass(frozen=True)
 class JudgeConfig:
-    """Every judge setting; `from_env()` reads the RFT_JUDGE_* variables (see the README)."""
+    """Every judge setting (`rft.reward.settings` reads them from reward.toml's [judge])."""
 
     models: tuple[str, ...] = DEFAULT_MODELS
     timeout_s: float = 120.0
@@ -167,44 +97,6 @@ class JudgeConfig:
     fallback_window: int = 256
     prior_quality: float = 0.5
     fallback: str = "mean"  # when every model fails: "mean" (running mean of successes) or "em" (quality 0)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> JudgeConfig:
-        """The configuration from RFT_JUDGE_*; JudgeConfigError names the variable at fault."""
-        env = os.environ if env is None else env
-        models = tuple(m.strip() for m in env.get("RFT_JUDGE_MODELS", ",".join(DEFAULT_MODELS)).split(",") if m.strip())
-        if not models:
-            raise JudgeConfigError("RFT_JUDGE_MODELS is empty; name at least one model")
-        prices = _prices_from_env(env)
-        unpriced = [m for m in models if m not in prices]
-        if unpriced:
-            raise JudgeConfigError(
-                f"RFT_JUDGE_MODELS names {unpriced} without a price; add them to RFT_JUDGE_PRICES "
-                "(model=in/out USD per million tokens)"
-            )
-        fallback = env.get("RFT_JUDGE_FALLBACK", "mean").strip().lower() or "mean"
-        if fallback not in FALLBACKS:
-            raise JudgeConfigError(f"RFT_JUDGE_FALLBACK={fallback!r}: use one of {list(FALLBACKS)}")
-        level = env.get("RFT_JUDGE_THINKING_LEVEL", "low").strip().lower()
-        if level not in ("", "none", "minimal", "low", "medium", "high"):
-            raise JudgeConfigError(f"RFT_JUDGE_THINKING_LEVEL={level!r}: use minimal, low, medium, high or none")
-        return cls(
-            models=models,
-            timeout_s=_env_number(env, "RFT_JUDGE_TIMEOUT", 120.0, 0.001),
-            retries=int(_env_number(env, "RFT_JUDGE_RETRIES", 2, 0, 20)),
-            backoff_s=_env_number(env, "RFT_JUDGE_BACKOFF", 2.0, 0),
-            max_backoff_s=_env_number(env, "RFT_JUDGE_MAX_BACKOFF", 30.0, 0),
-            concurrency=int(_env_number(env, "RFT_JUDGE_CONCURRENCY", 16, 1, 4096)),
-            requests_per_min=_env_number(env, "RFT_JUDGE_RPM", 240.0, 0),
-            max_chars=int(_env_number(env, "RFT_JUDGE_MAX_CHARS", 60_000, 1000)),
-            thinking_level=None if level in ("", "none") else level,
-            cache_path=default_cache_path(env),
-            base_url=env.get("RFT_JUDGE_BASE_URL", "").strip() or None,
-            prices=prices,
-            fallback_window=int(_env_number(env, "RFT_JUDGE_FALLBACK_WINDOW", 256, 1, 1e6)),
-            prior_quality=_env_number(env, "RFT_JUDGE_PRIOR", 0.5, 0, 1),
-            fallback=fallback,
-        )
 
 
 def credentials_status(env: Mapping[str, str] | None = None) -> tuple[bool, str]:

@@ -13,18 +13,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from rft.data.config import DataConfig, Inputs
+from rft.data.eval_sets import build_eval_sets
 from rft.data.integer_answer import gsm8k_final_answer, parse_integer_answer
 from rft.data.pipeline import (
     BAND_FILE,
     FILES,
     GSM8K_FILES,
-    DataConfig,
-    EvalInput,
-    Inputs,
-    build_eval_sets,
     file_specs,
     filter_numina,
-    load_integer_set,
     make_splits,
     prepare,
     write_outputs,
@@ -38,10 +35,16 @@ from rft.prompts import strip_instruction
 from tests.support.data_fixtures import (
     AIME,
     APEX,
+    APEX_S,
+    GSM_TRAIN,
+    MATH_S,
     NUMINA_SCHEMA,
+    SMALL_SIZES,
     _good_problem,
     _row,
     _solution,
+    small_config,
+    small_evals,
     write_eval_inputs,
     write_numina,
 )
@@ -464,13 +467,6 @@ def test_help_documents_the_pass_rate_input(capsys):
 # in their own body (prepare() on the fixture takes ~10 ms), not through the module-scoped `run`.
 
 
-def _cfg(**over) -> DataConfig:
-    """The CLI runs' sizes as a DataConfig (no progress bars), with overrides."""
-    sizes = {"rl_pool_size": 40, "sft_size": 12, "sft_dev_size": 4, "pool_subset_size": 8, "probe_size": 6,
-             "aime_size": 4, "ood_math_size": 10, "gsm8k_eval_size": 5, "progress": False}  # fmt: skip
-    return DataConfig(**{**sizes, **over})
-
-
 def _inputs(inputs, **over) -> Inputs:
     """The module fixture's inputs, with overrides."""
     _, ev, base = inputs
@@ -479,175 +475,10 @@ def _inputs(inputs, **over) -> Inputs:
     return Inputs(**{**spec, **over})
 
 
-def _jsonl(path: Path, rows: list[dict]) -> str:
-    """Rows written as JSONL; returns the path as a source spec."""
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return str(path)
-
-
 def _numina(path: Path, rows: list[dict]) -> Source:
     """NuminaMath-shaped rows written as one parquet file."""
     pq.write_table(pa.Table.from_pylist(rows, schema=NUMINA_SCHEMA), path)
     return parse_source(str(path))
-
-
-AIME_S = [f"Small AIME problem {n}: find the number of tilings of board {n}." for n in range(4)]
-APEX_S = [f"Small Apex problem {n}: count the admissible colourings of grid {n}." for n in range(4)]
-MATH_S = [f"Small MATH problem {n}: count the lattice points on curve {n}." for n in range(6)]
-GSM_TEST = [f"Small GSM8K test {n}: Ann buys {n + 2} bags of apples. How many apples?" for n in range(4)]
-GSM_TRAIN = [f"Small GSM8K train {n}: Bob reads {n + 4} pages a day. How many pages?" for n in range(3)]
-
-
-def _small_evals(d: Path) -> dict[str, str | tuple[str, ...]]:
-    """Eval inputs with overlaps in each: AIME repeats two rows, Apex copies AIME, MATH copies Apex, GSM8K test
-    copies MATH, GSM8K train copies GSM8K test; plus rows each loader must skip."""
-    d.mkdir(parents=True, exist_ok=True)
-    apex_s = [*APEX_S[:2], AIME_S[1], APEX_S[3]]
-    math_s = [*MATH_S[:2], APEX_S[0], *MATH_S[3:5]]
-    test_s = [GSM_TEST[0], MATH_S[0], *GSM_TEST[2:]]
-    train_s = [GSM_TRAIN[0], GSM_TEST[0], GSM_TRAIN[2]]
-    levels = ["Level 5", "Level 3", "Level 4", "Level 12", "Level 5"]
-    boxes = ["4", "5", "7", "9", "\\frac{1}{2}"]
-    return {
-        "aime": _jsonl(d / "aime.jsonl", [{"problem": p, "answer": str(10 + n)} for n, p in enumerate(AIME_S)]
-                       + [{"problem": AIME_S[0].upper(), "answer": "10"}, {"problem": AIME_S[2], "answer": "12"}]),
-        "apex": _jsonl(d / "apex.jsonl", [{"problem": p, "answer": a}
-                                          for p, a in zip(apex_s, ["7", "1/2", "11", "So #### 7"], strict=True)]),
-        "math": (
-            _jsonl(d / "math.jsonl", [{"problem": p, "level": lv, "solution": f"So $\\boxed{{{b}}}$."}
-                                      for p, lv, b in zip(math_s, levels, boxes, strict=True)]),
-            _jsonl(d / "math500.jsonl", [{"problem": MATH_S[5], "level": 4, "answer": "6", "solution": "..."}]),
-        ),
-        "gsm8k_test": _jsonl(d / "gsm_test.jsonl", [{"question": q, "answer": a} for q, a in
-                                                    zip(test_s, ["So.\n#### 8", "#### 4", "12", "#### 3.5"], strict=True)]),
-        "gsm8k_train": _jsonl(d / "gsm_train.jsonl", [{"question": q, "answer": a} for q, a in
-                                                      zip(train_s, ["#### 10", "#### 8", "Total\n#### 1,000"], strict=True)]),
-    }  # fmt: skip
-
-
-def _small_inputs(d: Path, **over) -> Inputs:
-    """Inputs with the small eval files (numina unused by build_eval_sets)."""
-    return Inputs(**{"numina": str(d), **_small_evals(d), **over})
-
-
-SMALL_SIZES = {"aime_size": 2, "ood_math_size": 2, "gsm8k_eval_size": 0}
-
-
-def test_eval_sets_count_every_input_drop_overlaps_and_block_every_row(tmp_path):
-    """Per input: rows, usable, overlap with earlier sets, selected; every row of every eval input (usable or
-    not, GSM8K train excepted) is blocked under the first input that has it; each set's origin and labels."""
-    inputs = _small_inputs(tmp_path)
-    evals = build_eval_sets(inputs, _cfg(**SMALL_SIZES))
-    got = [(s.name, s.spec, s.rows, s.usable, s.overlap, s.selected, s.notes) for s in evals.inputs]
-    assert got == [
-        ("aime", inputs.aime, 6, 6, 2, 2, ""),
-        ("math", " ".join(inputs.math), 6, 3, 1, 2, "levels 4, 5"),
-        ("apex", inputs.apex, 4, 2, 1, 1, "all integer ones"),
-        ("gsm8k_test", inputs.gsm8k_test, 4, 3, 1, 2, ""),
-        ("gsm8k_train", inputs.gsm8k_train, 3, 3, 1, 0, "pool candidates"),
-    ]
-    expected = {problem_hash(p): "aime" for p in AIME_S}
-    expected |= {problem_hash(APEX_S[n]): "apex" for n in (0, 1, 3)}
-    expected |= {problem_hash(MATH_S[n]): "math" for n in (0, 1, 3, 4, 5)}
-    expected |= {problem_hash(GSM_TEST[n]): "gsm8k_test" for n in (0, 2, 3)}
-    assert evals.blocked == expected
-    assert [p.origin for p in evals.aime] == ["aime", "aime"]
-    assert {p.label for p in evals.aime} < {"10", "11", "12", "13"}
-    assert [(p.problem, p.label, p.origin) for p in evals.ood] == [
-        (MATH_S[0], "4", "math"), (MATH_S[5], "6", "math"), (APEX_S[0], "7", "apex")]  # fmt: skip
-    assert [(p.problem, p.label, p.origin) for p in evals.gsm8k_eval] == [
-        (GSM_TEST[0], "8", "gsm8k"), (GSM_TEST[2], "12", "gsm8k")]  # fmt: skip
-    assert [(p.problem, p.label, p.origin) for p in evals.gsm8k_train] == [
-        (GSM_TRAIN[0], "10", "gsm8k"), (GSM_TRAIN[2], "1000", "gsm8k")]  # fmt: skip
-    sets = [evals.aime, evals.ood, evals.gsm8k_eval, evals.gsm8k_train]
-    hashes = [p.hash for s in sets for p in s]
-    assert len(hashes) == len(set(hashes))
-    assert all(p.hash == problem_hash(p.problem) for s in sets for p in s)
-
-
-@pytest.mark.parametrize(
-    ("over", "message"),
-    [
-        ({"aime_size": 5}, "AIME: only 4 eligible problems, but --aime-size asks for 5"),
-        ({"ood_math_size": 3}, "MATH: only 2 eligible problems, but --ood-math-size asks for 3"),
-        ({"gsm8k_eval_size": 3}, "GSM8K test: only 2 eligible problems, but --gsm8k-eval-size asks for 3"),
-    ],
-)
-def test_eval_set_sizes_up_to_the_usable_count_and_one_more_is_an_error(tmp_path, over, message):
-    """Asking for every usable problem works; one more names the set, the count and the flag."""
-    inputs = _small_inputs(tmp_path)
-    ((flag, above),) = over.items()
-    at = build_eval_sets(inputs, _cfg(**{**SMALL_SIZES, flag: above - 1}))
-    picked = {"aime_size": at.aime, "ood_math_size": at.ood[:-1], "gsm8k_eval_size": at.gsm8k_eval}[flag]
-    assert len(picked) == above - 1
-    with pytest.raises(DataError) as err:
-        build_eval_sets(inputs, _cfg(**{**SMALL_SIZES, flag: above}))
-    assert str(err.value) == message
-
-
-@pytest.mark.parametrize("missing", ["gsm8k_train", "gsm8k_test"])
-def test_gsm8k_sets_need_both_splits(tmp_path, missing):
-    """Without one of the two GSM8K inputs no GSM8K set is built (and nothing of the other is read)."""
-    evals = build_eval_sets(_small_inputs(tmp_path, **{missing: None}), _cfg(**SMALL_SIZES))
-    assert (evals.gsm8k_eval, evals.gsm8k_train) == ([], [])
-    assert [s.name for s in evals.inputs] == ["aime", "math", "apex"]
-    assert "gsm8k_test" not in evals.blocked.values()
-
-
-def test_hub_ids_read_the_test_split_for_eval_sets_and_train_for_the_gsm8k_pool(tmp_path, monkeypatch):
-    """An eval set given as a hub id without @split reads its test split; the GSM8K pool reads train."""
-    from rft.data import sources
-
-    small = _small_evals(tmp_path)
-    asked = []
-
-    def hub_table(hub_id: str, config: str | None, split: str, cache_dir: str | None = None) -> pa.Table:
-        asked.append((hub_id, config, split))
-        path = {"o/math": small["math"][0], "openai/gsm8k": small[f"gsm8k_{split}"]}[hub_id]
-        return pa.Table.from_pylist(read_jsonl(Path(path)))
-
-    monkeypatch.setattr(sources, "load_hub_table", hub_table)
-    inputs = Inputs("unused", small["aime"], ("o/math",), small["apex"], "openai/gsm8k:main", "openai/gsm8k:main")
-    evals = build_eval_sets(inputs, _cfg(**{**SMALL_SIZES, "ood_math_size": 1}))
-    assert asked == [("o/math", None, "test"), ("openai/gsm8k", "main", "test"), ("openai/gsm8k", "main", "train")]
-    assert [p.problem for p in evals.gsm8k_train] == [GSM_TRAIN[0], GSM_TRAIN[2]]
-
-
-@pytest.mark.parametrize(
-    ("name", "rows", "column"),
-    [
-        ("math", [{"question_text": "Find x.", "level": 5, "solution": "$\\boxed{1}$"}], "'problem' or 'question'"),
-        ("math", [{"problem": "Find x.", "solution": "$\\boxed{1}$"}], "'level'"),
-        ("math", [{"problem": "Find x.", "level": 5}], "'answer' or 'solution'"),
-        ("math", [{"problem": "Find x.", "level": 5, "solution": 1.5}], "'solution' has type double"),
-        ("math", [{"problem": 2.5, "level": 5, "solution": "$\\boxed{1}$"}], "'problem' has type double"),
-        ("apex", [{"problem": "Find x."}], "'answer'"),
-        ("aime", [{"problem": "Find x.", "answer": 1.5}], "'answer' has type double"),
-    ],
-)
-def test_a_bad_eval_input_is_an_error_naming_file_and_column(tmp_path, name, rows, column):
-    """A missing or non-string column of an eval input is a DataError naming the file and the column."""
-    small = _small_evals(tmp_path / "ok")
-    bad = _jsonl(tmp_path / f"bad_{name}.jsonl", rows)
-    small[name] = (bad,) if name == "math" else bad
-    with pytest.raises(DataError) as err:
-        build_eval_sets(Inputs("unused", **small), _cfg(**SMALL_SIZES))
-    assert str(err.value).startswith(f"{bad}: ") and column in str(err.value)
-
-
-def test_integer_sets_read_the_gsm8k_marker_only_for_gsm8k(tmp_path):
-    """GSM8K labels come from `#### N` (else a bare integer answer); other sets never read `####`."""
-    rows = [{"problem": "P one.", "answer": "So #### 7"}, {"problem": "P two.", "answer": "12"},
-            {"problem": "P three.", "answer": "#### 3.5"}]  # fmt: skip
-    source = parse_source(_jsonl(tmp_path / "x.jsonl", rows))
-    stat = EvalInput("x", "x")
-    got, raw = load_integer_set(source, "gsm8k", stat, gsm8k=True)
-    assert [(p.label, p.origin) for p in got] == [("7", "gsm8k"), ("12", "gsm8k")]
-    assert raw == [r["problem"] for r in rows] and (stat.rows, stat.usable) == (3, 2)
-    load_integer_set(source, "gsm8k", stat, gsm8k=True)
-    assert (stat.rows, stat.usable) == (6, 4)  # counts add up over the files of one input, as for MATH
-    got, _ = load_integer_set(source, "apex", EvalInput("y", "y"), gsm8k=False)
-    assert [(p.label, p.origin) for p in got] == [("12", "apex")]
 
 
 SOL = _solution("plain", "5", "5")
@@ -682,7 +513,7 @@ def test_stages_count_and_explain_their_removals_across_batches(tmp_path):
     the reason (the value that failed, the eval input matched, the row duplicated), across record batches."""
     rows = _stage_rows()
     blocked = {problem_hash(AIME[2][0]): "aime"}
-    res = filter_numina(_numina(tmp_path / "n.parquet", rows), _cfg(batch_size=4), blocked)
+    res = filter_numina(_numina(tmp_path / "n.parquet", rows), small_config(batch_size=4), blocked)
     assert [(s.key, s.rows_in, s.removed) for s in res.stages] == [
         ("question_type", 18, 6), ("integer_answer", 12, 1), ("contest_source", 11, 1), ("eval_overlap", 10, 1),
         ("valid", 9, 3), ("dedup", 6, 1), ("length", 5, 1)]  # fmt: skip
@@ -727,7 +558,7 @@ def test_stages_count_and_explain_their_removals_across_batches(tmp_path):
 def test_length_filter_keeps_exactly_the_minimum(tmp_path, problem, solution, kept):
     """Stage 6 keeps a problem of exactly --min-problem-chars and a solution of exactly --min-solution-chars
     (characters after trimming whitespace), and drops one character less."""
-    res = filter_numina(_numina(tmp_path / "n.parquet", [_row(problem, "5", solution)]), _cfg(), {})
+    res = filter_numina(_numina(tmp_path / "n.parquet", [_row(problem, "5", solution)]), small_config(), {})
     assert len(res.labels) == int(kept)
     assert res.stages[-1].removed == int(not kept)
 
@@ -740,7 +571,7 @@ def test_stage_titles_are_the_documented_ones_and_follow_the_flags(tmp_path):
     documented = [tuple(c.strip() for c in line.split("|")[1:3]) for line in table.splitlines()[2:]
                   if line.startswith("|")]
     assert [(s.number, s.title) for s in filter_numina(source, DataConfig(progress=False), {}).stages] == documented
-    res = filter_numina(source, _cfg(exclude_sources=(), require_valid=False, min_problem_chars=8,
+    res = filter_numina(source, small_config(exclude_sources=(), require_valid=False, min_problem_chars=8,
                                      min_solution_chars=61), {})  # fmt: skip
     titles = {s.key: s.title for s in res.stages}
     assert titles["contest_source"] == "exclude sources (none)"
@@ -749,7 +580,7 @@ def test_stage_titles_are_the_documented_ones_and_follow_the_flags(tmp_path):
     assert {s.key: s.removed for s in res.stages}["contest_source"] == 0
     assert {s.key: s.removed for s in res.stages}["valid"] == 0
     assert [e["detail"] for e in res.stages[-1].examples] == ["problem 7 chars, solution 60 chars"]
-    res = filter_numina(source, _cfg(exclude_sources=("amc_aime", "cn_k12")), {})
+    res = filter_numina(source, small_config(exclude_sources=("amc_aime", "cn_k12")), {})
     assert res.stages[2].title == "exclude sources amc_aime, cn_k12"
     assert [e["row"] for e in res.stages[2].examples] == [4, 5]
 
@@ -765,9 +596,9 @@ def test_progress_bar_counts_input_rows_only_when_asked(tmp_path, capsys, monkey
     monkeypatch.setattr(tqdm, "_lock", threading.RLock(), raising=False)
     monkeypatch.setattr(tqdm, "monitor_interval", 0)
     source = _numina(tmp_path / "n.parquet", _stage_rows())
-    filter_numina(source, _cfg(batch_size=4), {})
+    filter_numina(source, small_config(batch_size=4), {})
     assert capsys.readouterr().err == ""
-    filter_numina(source, _cfg(batch_size=4, progress=True), {})
+    filter_numina(source, small_config(batch_size=4, progress=True), {})
     lines = capsys.readouterr().err.replace("\r", "\n").split("\n")
     last = [line for line in lines if line.strip()][-1]
     assert last.startswith("filter NuminaMath: 100%") and "18/18" in last and "row/s" in last
@@ -788,13 +619,13 @@ def test_the_stages_see_at_most_batch_size_rows_at_once(tmp_path, monkeypatch):
     source = _numina(tmp_path / "n.parquet", _stage_rows())
     for batch_size, want in ((4, [4, 4, 4, 4, 2]), (7, [7, 7, 4]), (64, [18])):
         sizes.clear()
-        filter_numina(source, _cfg(batch_size=batch_size), {})
+        filter_numina(source, small_config(batch_size=batch_size), {})
         assert sizes == want, batch_size
 
 
 def test_an_empty_input_gives_an_empty_result(tmp_path):
     """A shard with no rows passes every stage with zero counts and an empty (string) table."""
-    res = filter_numina(_numina(tmp_path / "n.parquet", []), _cfg(), {})
+    res = filter_numina(_numina(tmp_path / "n.parquet", []), small_config(), {})
     assert res.table.schema == pa.schema([(k, pa.large_string()) for k in ("problem", "solution", "source")])
     assert (res.table.num_rows, res.total_rows, res.labels) == (0, 0, [])
     assert [(s.rows_in, s.removed) for s in res.stages] == [(0, 0)] * 7
@@ -807,7 +638,7 @@ def test_an_all_null_column_reads_as_empty_strings(tmp_path, column):
     table = pa.Table.from_pylist(rows, schema=NUMINA_SCHEMA)
     table = table.set_column(table.schema.get_field_index(column), column, pa.nulls(3))
     pq.write_table(table, tmp_path / "n.parquet")
-    res = filter_numina(parse_source(str(tmp_path / "n.parquet")), _cfg(), {})
+    res = filter_numina(parse_source(str(tmp_path / "n.parquet")), small_config(), {})
     if column == "source":
         assert len(res.labels) == 3 and res.source_mix == Counter({"": 3})
         assert res.table.column("source").to_pylist() == ["", "", ""]
@@ -818,8 +649,8 @@ def test_an_all_null_column_reads_as_empty_strings(tmp_path, column):
 
 def _numina_result(inputs):
     """The module fixture's NuminaMath rows through the stages, blocked by the fixture's eval sets."""
-    evals = build_eval_sets(_inputs(inputs), _cfg())
-    return filter_numina(parse_source(str(inputs[2] / "numina")), _cfg(), evals.blocked)
+    evals = build_eval_sets(_inputs(inputs), small_config())
+    return filter_numina(parse_source(str(inputs[2] / "numina")), small_config(), evals.blocked)
 
 
 @pytest.mark.parametrize("mode", ["in-pool", "held-out"])
@@ -829,7 +660,7 @@ def test_splits_have_the_asked_sizes_and_use_every_row_when_asked(inputs, mode):
     numina = _numina_result(inputs)
     n = len(numina.labels)
     held_out = mode == "held-out"
-    cfg = _cfg(probe_id_mode=mode, rl_pool_size=n - 16 - 6 * held_out)
+    cfg = small_config(probe_id_mode=mode, rl_pool_size=n - 16 - 6 * held_out)
     s = make_splits(numina, cfg)
     sizes = [len(x) for x in (s.pool, s.sft_train, s.sft_dev, s.probe, s.pool_subset)]
     assert sizes == [cfg.rl_pool_size, 12, 4, 6, 8]
@@ -843,7 +674,7 @@ def test_splits_have_the_asked_sizes_and_use_every_row_when_asked(inputs, mode):
     assert all(sft_output(solutions[i], numina.labels[i]) == (s.outputs[i], SFT_OK) for i in sft)
     assert s.sft_reasons[SFT_OK] == 16 and sum(s.sft_reasons.values()) <= n
     with pytest.raises(DataError) as err:
-        make_splits(numina, _cfg(probe_id_mode=mode, rl_pool_size=cfg.rl_pool_size + 1))
+        make_splits(numina, small_config(probe_id_mode=mode, rl_pool_size=cfg.rl_pool_size + 1))
     left = cfg.rl_pool_size
     assert str(err.value) == (f"NuminaMath: {n} eligible rows leave {left} for the pool after the SFT/probe "
                               f"splits, --rl-pool-size asks for {left + 1}")  # fmt: skip
@@ -852,8 +683,8 @@ def test_splits_have_the_asked_sizes_and_use_every_row_when_asked(inputs, mode):
 def test_sft_reasons_count_each_examined_solution_once(tmp_path):
     """When every solution ends in its box, the SFT scan examines exactly the SFT rows, each counted once."""
     rows = [_row(_good_problem(n), "5", SOL) for n in range(10)]
-    numina = filter_numina(_numina(tmp_path / "n.parquet", rows), _cfg(), {})
-    s = make_splits(numina, _cfg(rl_pool_size=5, sft_size=3, sft_dev_size=2, probe_size=1, pool_subset_size=2))
+    numina = filter_numina(_numina(tmp_path / "n.parquet", rows), small_config(), {})
+    s = make_splits(numina, small_config(rl_pool_size=5, sft_size=3, sft_dev_size=2, probe_size=1, pool_subset_size=2))
     assert s.sft_reasons == Counter({SFT_OK: 5})
     assert (len(s.sft_train), len(s.sft_dev), len(s.pool)) == (3, 2, 5)
 
@@ -877,24 +708,24 @@ def test_split_sizes_up_to_the_rows_available_and_one_more_is_an_error(inputs, o
     ok = sum(sft_output(s, label)[1] == SFT_OK
              for s, label in zip(numina.table.column("solution").to_pylist(), numina.labels, strict=True))  # fmt: skip
     limit = ok - 20 if flag == "sft_size" else over[flag] - 1
-    fits = make_splits(numina, _cfg(**{**over, flag: limit}))
+    fits = make_splits(numina, small_config(**{**over, flag: limit}))
     got = {"sft_size": fits.sft_train, "probe_size": fits.probe, "pool_subset_size": fits.pool_subset}[flag]
     assert len(got) == limit
     with pytest.raises(DataError) as err:
-        make_splits(numina, _cfg(**{**over, flag: limit + 1}))
+        make_splits(numina, small_config(**{**over, flag: limit + 1}))
     assert str(err.value) == message.format(ok=ok, need=ok + 1)
 
 
 def test_gsm8k_pool_drops_problems_in_a_numina_split(tmp_path):
     """A GSM8K train problem that a Numina split holds is not in the GSM8K pool, and is counted; pool size 0
     means every remaining candidate, one more than those is an error naming the flag."""
-    evals = _small_evals(tmp_path / "ev")
+    evals = small_evals(tmp_path / "ev")
     rows = [_row(_good_problem(n), "5", SOL) for n in range(8)] + [_row(GSM_TRAIN[2], "1000", SOL)]
     numina_dir = tmp_path / "numina"
     numina_dir.mkdir()
     _numina(numina_dir / "train.parquet", rows)
     inputs = Inputs(str(numina_dir), **evals)
-    cfg = _cfg(**SMALL_SIZES, rl_pool_size=4, sft_size=3, sft_dev_size=2, probe_size=1, pool_subset_size=1)
+    cfg = small_config(**SMALL_SIZES, rl_pool_size=4, sft_size=3, sft_dev_size=2, probe_size=1, pool_subset_size=1)
     result = prepare(inputs, cfg)
     assert result.gsm8k_overlap == 1
     assert [strip_instruction(r["input"]) for r in result.files["gsm8k_rl_pool.jsonl"]] == [GSM_TRAIN[0]]
@@ -903,7 +734,7 @@ def test_gsm8k_pool_drops_problems_in_a_numina_split(tmp_path):
     assert [(strip_instruction(r["input"]), r["origin"]) for r in ood] == [
         (MATH_S[0], "math"), (MATH_S[5], "math"), (APEX_S[0], "apex")]  # fmt: skip
     with pytest.raises(DataError) as err:
-        prepare(inputs, _cfg(**{**vars(cfg), "gsm8k_pool_size": 2}))
+        prepare(inputs, small_config(**{**vars(cfg), "gsm8k_pool_size": 2}))
     assert str(err.value) == "GSM8K train: only 1 eligible problems, but --gsm8k-pool-size asks for 2"
 
 
@@ -911,7 +742,7 @@ def test_gsm8k_pool_drops_problems_in_a_numina_split(tmp_path):
 def test_prepare_without_gsm8k_writes_no_gsm8k_file(inputs, missing):
     """Without both GSM8K inputs there is no GSM8K file and no GSM8K overlap."""
     gone = ("gsm8k_train", "gsm8k_test") if missing == "both" else (missing,)
-    result = prepare(_inputs(inputs, **dict.fromkeys(gone)), _cfg())
+    result = prepare(_inputs(inputs, **dict.fromkeys(gone)), small_config())
     assert not set(GSM8K_FILES) & set(result.files)
     assert result.gsm8k_overlap == 0
 
@@ -919,7 +750,7 @@ def test_prepare_without_gsm8k_writes_no_gsm8k_file(inputs, missing):
 def test_unknown_probe_mode_names_the_choices(inputs):
     """An unknown --probe-id-mode is an error listing the accepted modes and the value given."""
     with pytest.raises(DataError) as err:
-        prepare(_inputs(inputs), _cfg(probe_id_mode="inside"))
+        prepare(_inputs(inputs), small_config(probe_id_mode="inside"))
     assert str(err.value) == "--probe-id-mode must be one of in-pool, held-out, got 'inside'"
 
 
@@ -927,7 +758,7 @@ def test_unknown_probe_mode_names_the_choices(inputs):
 def test_manifest_describes_every_written_file(inputs, tmp_path, mode):
     """write_outputs creates missing parent folders and records per file its rows, hash, role, keys, datasource
     and subset relation (the ID probe a subset of the pool only in-pool), plus the seed and the probe mode."""
-    result = prepare(_inputs(inputs), _cfg(probe_id_mode=mode, seed=7))
+    result = prepare(_inputs(inputs), small_config(probe_id_mode=mode, seed=7))
     result.files[BAND_FILE] = result.files["sft_rl_pool.jsonl"][:3]
     out = tmp_path / "new" / "data"
     manifest = write_outputs(result, out, "# report\n", {"k": 1})
@@ -953,7 +784,7 @@ def test_manifest_describes_every_written_file(inputs, tmp_path, mode):
 def test_seed_42_keeps_picking_the_same_problems(inputs):
     """The picks of a seed are pinned: data made with --seed 42 by an earlier version is the same data, so runs
     trained and evaluated on it stay comparable (each split has its own generator, see _rng)."""
-    files = prepare(_inputs(inputs), _cfg()).files
+    files = prepare(_inputs(inputs), small_config()).files
 
     def numbers(name: str, k: int | None = None) -> list[int]:
         return [int(strip_instruction(r["input"]).split(":")[0].split()[-1]) for r in files[name][:k]]
@@ -978,5 +809,5 @@ def test_a_non_string_numina_column_names_file_and_column(tmp_path):
     table = table.set_column(table.schema.get_field_index("source"), "Source", pa.array([1, 2, 3]))
     pq.write_table(table, tmp_path / "n.parquet")
     with pytest.raises(DataError) as err:
-        filter_numina(parse_source(str(tmp_path / "n.parquet")), _cfg(), {})
+        filter_numina(parse_source(str(tmp_path / "n.parquet")), small_config(), {})
     assert str(err.value) == f"{tmp_path / 'n.parquet'}: column 'Source' has type int64, expected strings (source)"

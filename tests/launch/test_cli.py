@@ -20,6 +20,7 @@ from rft.launch.openrlhf_cli import FlagError, parse_args, resolve_overrides
 from tests.launch.rows import rows
 from tests.support.git import git
 from tests.support.judge_server import JudgeServer
+from tests.support.reward_files import write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -206,7 +207,8 @@ def test_dynamic_filter_switch_picks_the_range_for_the_reward(patched_root, data
     assert a.dynamic_filtering and a.dynamic_filtering_key == "score" and a.prompt_history
     assert tuple(a.dynamic_filtering_reward_range) == (0.0, 1.0)
     assert "the run still does" in res.stdout + res.stderr
-    res = run_script("train_grpo_20b.sh", {**env, "DYNAMIC_FILTER": "1", "RFT_REWARD_SCHEME": "signed"}, "--dry-run")
+    signed = write_reward_toml(tmp_path / "signed.toml", reward={"scheme": "signed"})
+    res = run_script("train_grpo_20b.sh", {**env, "DYNAMIC_FILTER": "1", "RFT_REWARD_CONFIG": str(signed)}, "--dry-run")
     argv, a = parsed_command(res.stdout, patched_root, monkeypatch)
     assert a.dynamic_filtering_key == "correctness" and not a.prompt_history
     res = run_script("train_grpo_20b.sh", {**env, "DYNAMIC_FILTER": "2"}, "--dry-run")
@@ -461,7 +463,8 @@ def test_reward_switch_and_judge_dry_run(patched_root, data_dir, tmp_path, monke
     assert a.remote_rm_url == [str(ROOT / "reward_func_judge.py")]
     assert "NEEDS judge: no Gemini credentials" in res.stderr and "judge cost estimate" in res.stderr
     with JudgeServer() as server:
-        env = {**base, "GOOGLE_API_KEY": "k", "RFT_JUDGE_BASE_URL": server.url, "RFT_JUDGE_RETRIES": "0"}
+        settings = write_reward_toml(tmp_path / "reward.toml", judge={"base_url": server.url, "retries": 0})
+        env = {**base, "GOOGLE_API_KEY": "k", "RFT_REWARD_CONFIG": str(settings)}
         res = run_script("train_grpo_120b.sh", env, "--dry-run")
         assert "ok    judge: live call answered by gemini-3.1-pro-preview" in res.stderr, res.stderr
         assert len(server.requests) == 1

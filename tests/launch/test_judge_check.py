@@ -10,6 +10,7 @@ import pytest
 from rft.launch.judge_check import judge_rule, uses_judge
 from rft.launch.rules import Report
 from tests.support.judge_server import JudgeServer
+from tests.support.reward_files import write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,10 +26,12 @@ def judge_score() -> float:
     return 0.9
 
 
-def env_for(judge_server: JudgeServer, tmp_path: Path, **extra: str) -> dict:
-    return {"GOOGLE_API_KEY": "k", "RFT_JUDGE_BASE_URL": judge_server.url, "RFT_JUDGE_MODELS": "m1,m2",
-            "RFT_JUDGE_PRICES": "m1=2/12,m2=1/4", "RFT_JUDGE_CACHE": str(tmp_path / "c.sqlite"),
-            "RFT_JUDGE_RETRIES": "0", "HOME": str(tmp_path), **extra}  # fmt: skip
+def env_for(judge_server: JudgeServer, tmp_path: Path, judge: dict | None = None, **extra: str) -> dict:
+    """Credentials in the environment; the judge settings in a reward.toml that RFT_REWARD_CONFIG names."""
+    settings = {"base_url": judge_server.url, "models": ["m1", "m2"], "prices": {"m1": [2, 12], "m2": [1, 4]},
+                "cache": str(tmp_path / "c.sqlite"), "retries": 0, **(judge or {})}  # fmt: skip
+    path = write_reward_toml(tmp_path / "reward.toml", judge=settings)
+    return {"GOOGLE_API_KEY": "k", "RFT_REWARD_CONFIG": str(path), "HOME": str(tmp_path), **extra}
 
 
 def test_only_the_judge_reward_is_checked() -> None:
@@ -74,8 +77,19 @@ def test_live_call_can_be_skipped(judge_server, tmp_path) -> None:
 
 def test_bad_settings_and_blend_mode(judge_server, tmp_path) -> None:
     rep = Report()
-    judge_rule(args(), rep, 100, live=False, env=env_for(judge_server, tmp_path, RFT_JUDGE_WEIGHTS="x"))
-    assert rep.errors and "RFT_JUDGE_WEIGHTS" in rep.errors[0]
+    judge_rule(args(), rep, 100, live=False, env=env_for(judge_server, tmp_path, {"weights": "x"}))
+    assert rep.errors == [f"judge: {tmp_path / 'reward.toml'}: [judge] weights = 'x': must be two numbers [em, quality], "
+                          "the EM weight > 0 and the quality weight >= 0"]  # fmt: skip
     rep = Report()
-    judge_rule(args(), rep, 100, live=False, env=env_for(judge_server, tmp_path, RFT_JUDGE_MODE="blend"))
+    judge_rule(args(), rep, 100, live=False, env=env_for(judge_server, tmp_path, {"mode": "blend"}))
     assert any("partial credit" in w for w in rep.warnings) and "x 100% judged (blend)" in rep.render()
+
+
+def test_cost_estimate_inputs_come_from_the_file(judge_server, tmp_path) -> None:
+    rep = Report()
+    judge = {"expected_solve_rate": 0.25, "expected_response_tokens": 500, "expected_output_tokens": 200}
+    judge_rule(args(), rep, 10, live=False, env=env_for(judge_server, tmp_path, judge))
+    # 128 samples x 10 steps x 25% judged x (1000 + 500 in, 200 out) at $2/$12 per M
+    assert "x 25% judged (correct_only) x (1,500 in + 200 out tokens" in rep.render()
+    assert f"${128 * 10 * 0.25 * (1500 * 2 + 200 * 12) / 1e6:,.2f}" in rep.render()
+    assert f"settings from {tmp_path / 'reward.toml'}" in rep.render()

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from rft.io import atomic_write_jsonl
 from rft.launch import rules
-from rft.launch.openrlhf_cli import parse_args
+from rft.launch.openrlhf_cli import FlagError, parse_args
+from tests.support.reward_files import write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,16 +57,71 @@ def test_check_disk_reads_the_real_filesystem(tmp_path):
     assert not enough.blocking and len(enough.notes) == 2
 
 
-def test_unpatched_openrlhf_blocks_the_launch(pristine_openrlhf_root, monkeypatch):
-    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(pristine_openrlhf_root))
-    flags = ["--pretrain", "Qwen/Qwen2.5-0.5B", "--remote_rm_url", "r.py", "--advantage_estimator", "dr_grpo",
-             "--actor_num_gpus_per_node", "1", "--vllm_num_engines", "1", "--save_path", "/tmp/x"]
-    rep, facts = rules.run_checks(rules.PROFILES["small"], flags, lr_pool=400)
+SMALL_FLAGS = ["--pretrain", "Qwen/Qwen2.5-0.5B", "--remote_rm_url", "r.py", "--advantage_estimator", "dr_grpo",
+               "--actor_num_gpus_per_node", "1", "--vllm_num_engines", "1", "--save_path", "/tmp/x"]  # fmt: skip
+
+
+def test_unpatched_openrlhf_blocks_the_launch(pristine_openrlhf_root):
+    env = {rules.OPENRLHF_DIR_ENV: str(pristine_openrlhf_root)}
+    rep, facts = rules.run_checks(rules.PROFILES["small"], SMALL_FLAGS, env, lr_pool=400)
     assert facts["patches"]["applied"] is False
     assert any(b.startswith("patches: not all applied") for b in rep.blocking), rep.blocking
     # Our own flags do not exist in the pristine parser: the flag check names the one it rejects.
-    rep, _ = rules.run_checks(rules.PROFILES["small"], [*flags, "--offload"], lr_pool=400)
+    rep, _ = rules.run_checks(rules.PROFILES["small"], [*SMALL_FLAGS, "--offload"], env, lr_pool=400)
     assert any("unrecognized arguments: --offload" in e for e in rep.errors), rep.errors
+
+
+def test_run_checks_reads_the_environment_it_is_given_and_changes_none(
+    patched_root, pristine_openrlhf_root, monkeypatch
+):
+    """The OpenRLHF directory, POOL and RFT_SMOKE come from `env`, never from os.environ, which stays as it was."""
+    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(pristine_openrlhf_root))
+    monkeypatch.delenv("RFT_SMOKE", raising=False)
+    before = dict(os.environ)
+    env = {rules.OPENRLHF_DIR_ENV: str(patched_root), "POOL": "400", "RFT_SMOKE": "1"}
+    flags = [*SMALL_FLAGS, "--offload", "--zero_stage", "3", "--prompt_data", "/no/such/pool.jsonl",
+             "--lora_rank", "8", "--vllm_sync_lora_via_object_store"]
+    rep, facts = rules.run_checks(rules.PROFILES["small"], flags, env)
+    assert facts["patches"]["applied"] is True and not any("--offload" in e for e in rep.errors), rep.errors
+    assert "LR preflight: pool taken from POOL=400 (--prompt_data not found)" in rep.warnings
+    assert any(n.startswith("smoke run: ") for n in rep.notes), rep.notes
+    assert dict(os.environ) == before
+
+
+def test_the_scratch_copy_is_patched_and_parsed_without_the_environment(pristine_openrlhf_root, tmp_path, monkeypatch):
+    """An unpatched install is checked against a patched scratch copy, handed to the parser as its root."""
+    monkeypatch.delenv(rules.OPENRLHF_DIR_ENV, raising=False)
+    root = rules.patched_scratch_copy(tmp_path, pristine_openrlhf_root)
+    assert root == tmp_path
+    assert parse_args([*SMALL_FLAGS, "--offload", "--zero_stage", "3"], "ppo", root).args.offload is True
+    with pytest.raises(FlagError, match="unrecognized arguments: --offload"):
+        parse_args([*SMALL_FLAGS, "--offload"], "ppo", pristine_openrlhf_root)
+
+
+def test_the_exact_match_reward_settings_must_load(tmp_path):
+    """reward_func_em.py loads reward.toml inside every engine: a bad file is an error here, naming file and key."""
+    em = SimpleNamespace(remote_rm_url=[str(ROOT / "reward_func_em.py")])
+    path = write_reward_toml(tmp_path / "reward.toml", reward={"scheme": "signed"})
+    rep = rules.Report()
+    rules.em_settings_rule(em, rep, {"RFT_REWARD_CONFIG": str(path)})
+    assert rep.notes == [f"reward: exact match, scheme signed ({path})"] and not rep.errors
+    write_reward_toml(path, reward={"scheme": "ternary"})
+    rep = rules.Report()
+    rules.em_settings_rule(em, rep, {"RFT_REWARD_CONFIG": str(path)})
+    assert rep.errors == [f"reward: {path}: [reward] scheme = 'ternary': use one of ['binary', 'signed']"]
+    rep = rules.Report()
+    rules.em_settings_rule(SimpleNamespace(remote_rm_url=["my_reward.py"]), rep, {"RFT_REWARD_CONFIG": str(path)})
+    assert rep == rules.Report()  # another reward file reads no reward.toml
+
+
+def test_an_existing_ray_cluster_is_noted_not_counted():
+    gpu = [{"index": 0, "name": "H100", "memory_gib": 79.6}]
+    rep = rules.Report()
+    rules.check_gpus(8, rules.PROFILES["small"], gpu, rep, ray_address="10.0.0.1:6379")
+    assert rep.notes == ["GPUs: existing Ray cluster 10.0.0.1:6379: 8 needed, count not checked here"]
+    assert not rep.blocking
+    rules.check_gpus(8, rules.PROFILES["small"], gpu, rep)
+    assert rep.blocking == ["GPUs: the command places 8 GPUs, this node has 1"]
 
 
 def test_a_few_rows_without_a_label_are_carried_and_counted(tmp_path):

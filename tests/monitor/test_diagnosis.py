@@ -83,7 +83,7 @@ def test_judge_failure_rate_verdicts():
     ok = verdict([0.0, 0.1, 0.05])
     assert ok.status == PASS and "$1.50 over 3 steps" in ok.evidence
     warn = verdict([0.0, 0.25, 0.0])
-    assert warn.status == WARN and "step 2 (25%)" in warn.evidence and "RFT_JUDGE_CONCURRENCY" in warn.action
+    assert warn.status == WARN and "step 2 (25%)" in warn.evidence and "concurrency / rpm in reward.toml" in warn.action
     assert verdict([0.1, 0.6, 0.7, 0.9]).status == FAIL
     em_only = MetricsLog()
     em_only.add({"global_step": 1, "reward": 0.5}, "x")

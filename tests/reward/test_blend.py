@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-from rft.reward.blend import EXTRA_LOG_KEYS_JUDGE, BlendConfig, JudgeConfigError, make_judge_reward_func
-from rft.reward.judge import Judge, JudgeConfig
+from rft.reward.blend import EXTRA_LOG_KEYS_JUDGE, make_judge_reward_func
+from rft.reward.judge import Judge
+from rft.reward.settings import load_settings
 from tests.reward.openrlhf_path import run_through_openrlhf
 from tests.reward.prompts import HARMONY_PROMPT, QWEN_PROMPT, harmony
-from tests.support.reward_files import load_reward_module
+from tests.support.reward_files import load_reward_module, write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 REWARD_FILE = ROOT / "reward_func_judge.py"
@@ -24,17 +24,10 @@ NONE = QWEN_PROMPT + "I am not sure.<|im_end|>"
 
 
 @pytest.fixture(autouse=True)
-def judge_env(monkeypatch, tmp_path):
+def judge_env(monkeypatch):
     monkeypatch.setenv("GOOGLE_API_KEY", "test-key")
-    for name in ("GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI", "RFT_JUDGE_WEIGHTS", "RFT_JUDGE_MODE", "RFT_REWARD_SCHEME",
-                 "RFT_JUDGE_FALLBACK"):
+    for name in ("GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("RFT_JUDGE_CACHE", str(tmp_path / "cache.sqlite"))
-    monkeypatch.setenv("RFT_JUDGE_MODELS", "m1,m2")
-    monkeypatch.setenv("RFT_JUDGE_PRICES", "m1=2/12,m2=1/4")
-    monkeypatch.setenv("RFT_JUDGE_BACKOFF", "0")
-    monkeypatch.setenv("RFT_JUDGE_RETRIES", "0")
-    monkeypatch.setenv("RFT_JUDGE_RPM", "0")
 
 
 @pytest.fixture
@@ -43,15 +36,30 @@ def judge_score() -> float:
 
 
 @pytest.fixture
-def judge_server(judge_server, monkeypatch):
-    """The shared judge server, with RFT_JUDGE_BASE_URL pointing the reward at it."""
-    monkeypatch.setenv("RFT_JUDGE_BASE_URL", judge_server.url)
-    return judge_server
+def settings_file(judge_server, tmp_path, monkeypatch):
+    """Writes reward.toml (two scripted models at the shared judge server, no waits) and points
+    RFT_REWARD_CONFIG at it, as the launcher does for the reward files in the Ray workers."""
+    path = tmp_path / "reward.toml"
+    monkeypatch.setenv("RFT_REWARD_CONFIG", str(path))
+
+    def write(scheme: str = "binary", **judge) -> Path:
+        base = {"base_url": judge_server.url, "cache": str(tmp_path / "cache.sqlite"), "models": ["m1", "m2"],
+                "backoff": 0, "retries": 0, "rpm": 0, "prices": {"m1": [2, 12], "m2": [1, 4]}}  # fmt: skip
+        return write_reward_toml(path, reward={"scheme": scheme}, judge={**base, **judge})
+
+    write()
+    return write
 
 
-def reward_fn(mode: str = "correct_only", **env):
-    cfg = BlendConfig.from_env({**os.environ, "RFT_JUDGE_MODE": mode, **env})
-    return make_judge_reward_func(cfg, Judge(JudgeConfig.from_env()))
+@pytest.fixture
+def reward_fn(settings_file):
+    """The judged reward for a mode and settings, as reward_func_judge.py builds it from reward.toml."""
+
+    def build(mode: str = "correct_only", **settings):
+        s = load_settings(settings_file(mode=mode, **settings))
+        return make_judge_reward_func(s.blend, Judge(s.judge))
+
+    return build
 
 
 def rewards(fn, queries: list[str], label: str = "29") -> list[float]:
@@ -59,7 +67,7 @@ def rewards(fn, queries: list[str], label: str = "29") -> list[float]:
     return [round(float(x), 6) for x in out["rewards"]]
 
 
-def test_correct_only_asks_the_judge_only_about_correct_answers(judge_server) -> None:
+def test_correct_only_asks_the_judge_only_about_correct_answers(judge_server, reward_fn) -> None:
     fn = reward_fn()
     assert rewards(fn, [RIGHT, WRONG, NONE]) == [0.8 + 0.2 * 0.5, 0.0, 0.0]
     assert len(judge_server.requests) == 1
@@ -69,23 +77,23 @@ def test_correct_only_asks_the_judge_only_about_correct_answers(judge_server) ->
     assert rewards(fn, [RIGHT.replace("so", "thus")]) == [0.8]  # and never falls to a wrong answer's
 
 
-def test_correct_only_gives_wrong_answers_exactly_the_em_reward(judge_server) -> None:
-    fn = reward_fn(RFT_REWARD_SCHEME="signed")
+def test_correct_only_gives_wrong_answers_exactly_the_em_reward(judge_server, reward_fn) -> None:
+    fn = reward_fn(scheme="signed")
     assert rewards(fn, [WRONG, NONE]) == [-1.0, -0.5] and not judge_server.requests
     assert rewards(fn, [RIGHT]) == [0.9]
 
 
-def test_blend_scores_every_sample(judge_server) -> None:
+def test_blend_scores_every_sample(judge_server, reward_fn) -> None:
     judge_server.scripts["m1"] = [{"score": 0.5}, {"score": 0.25}, {"score": 1.0}]
     assert rewards(reward_fn("blend"), [RIGHT, WRONG, NONE]) == [0.6 + 0.4 * 0.5, 0.4 * 0.25, 0.4]
     assert len(judge_server.requests) == 3
 
 
-def test_weights_are_configurable(judge_server) -> None:
-    assert rewards(reward_fn("blend", RFT_JUDGE_WEIGHTS="0.5,0.5"), [RIGHT, WRONG]) == [0.75, 0.25]
+def test_weights_are_configurable(judge_server, reward_fn) -> None:
+    assert rewards(reward_fn("blend", weights=[0.5, 0.5]), [RIGHT, WRONG]) == [0.75, 0.25]
 
 
-def test_all_models_failing_gives_the_running_mean_not_zero(judge_server) -> None:
+def test_all_models_failing_gives_the_running_mean_not_zero(judge_server, reward_fn) -> None:
     fn = reward_fn()
     for i, score in enumerate((0.2, 0.6)):
         judge_server.scripts["m1"] = [{"score": score}]
@@ -99,11 +107,10 @@ def test_all_models_failing_gives_the_running_mean_not_zero(judge_server) -> Non
     assert logs["reasoning_quality"] == pytest.approx(0.4)
 
 
-def test_em_fallback_scores_a_failed_judgement_with_quality_0(judge_server, monkeypatch) -> None:
-    """RFT_JUDGE_FALLBACK=em (the gpt-oss-120b README's rule): every model failed -> exact match, quality 0."""
-    monkeypatch.setenv("RFT_JUDGE_FALLBACK", "em")
+def test_em_fallback_scores_a_failed_judgement_with_quality_0(judge_server, reward_fn) -> None:
+    """fallback = "em" (the gpt-oss-120b README's rule): every model failed -> exact match, quality 0."""
     judge_server.scripts["m1"] = [{"score": 0.6}]
-    fn = reward_fn("blend")
+    fn = reward_fn("blend", fallback="em")
     assert rewards(fn, [RIGHT]) == [0.6 + 0.4 * 0.6]  # a success is scored as always
     for m in ("m1", "m2"):
         judge_server.scripts[m] = [{"status": 503}] * 3
@@ -111,12 +118,9 @@ def test_em_fallback_scores_a_failed_judgement_with_quality_0(judge_server, monk
     assert [round(float(x), 6) for x in out["rewards"]] == [0.6, 0.0, 0.0]  # 0.6 x EM + 0.4 x 0
     assert [float(x) for x in out["extra_logs"]["reasoning_quality"]] == [0.0, 0.0, 0.0]
     assert [float(x) for x in out["extra_logs"]["judge_ok"]] == [0.0, 0.0, 0.0]
-    monkeypatch.setenv("RFT_JUDGE_FALLBACK", "zero")
-    with pytest.raises(JudgeConfigError, match="RFT_JUDGE_FALLBACK='zero'"):
-        JudgeConfig.from_env()
 
 
-def test_extra_logs_one_key_set_all_numeric(judge_server) -> None:
+def test_extra_logs_one_key_set_all_numeric(judge_server, reward_fn) -> None:
     judge_server.scripts["m1"] = [{"status": 429}]
     out = reward_fn()([RIGHT, WRONG, NONE], [QWEN_PROMPT] * 3, ["29"] * 3)
     assert list(out["extra_logs"]) == list(EXTRA_LOG_KEYS_JUDGE)
@@ -128,7 +132,7 @@ def test_extra_logs_one_key_set_all_numeric(judge_server) -> None:
     assert (float(again["judge_cached"][0]), float(again["judge_cost_usd"][0])) == (1.0, 0.0)
 
 
-def test_the_judge_sees_the_problem_and_the_whole_harmony_response(judge_server) -> None:
+def test_the_judge_sees_the_problem_and_the_whole_harmony_response(judge_server, reward_fn) -> None:
     fn = reward_fn()
     response = harmony("6*7 is 42, checking: 7*6 = 42.", "\\boxed{42}")
     fn([HARMONY_PROMPT + response], [HARMONY_PROMPT], ["42"])
@@ -137,29 +141,19 @@ def test_the_judge_sees_the_problem_and_the_whole_harmony_response(judge_server)
     assert "[analysis channel]\n6*7 is 42, checking: 7*6 = 42." in prompt and "[final channel]\n\\boxed{42}" in prompt
 
 
-@pytest.mark.parametrize(
-    ("env", "name"),
-    [({"RFT_JUDGE_MODE": "both"}, "RFT_JUDGE_MODE"), ({"RFT_JUDGE_WEIGHTS": "0.6"}, "RFT_JUDGE_WEIGHTS"),
-     ({"RFT_JUDGE_WEIGHTS": "0,1"}, "RFT_JUDGE_WEIGHTS"), ({"RFT_REWARD_SCHEME": "x"}, "RFT_REWARD_SCHEME")],
-)  # fmt: skip
-def test_bad_settings_name_the_variable(env, name) -> None:
-    with pytest.raises(JudgeConfigError, match=name):
-        BlendConfig.from_env(env)
-
-
-def test_loading_in_blend_mode_warns(judge_server, monkeypatch, caplog) -> None:
-    monkeypatch.setenv("RFT_JUDGE_MODE", "blend")
+def test_loading_in_blend_mode_warns(settings_file, caplog) -> None:
+    settings_file(mode="blend")
     with caplog.at_level(logging.WARNING, logger="rft.reward.blend"):
         load_reward_module(REWARD_FILE)
     assert any("pleasing the judge" in r.getMessage() and "0.40" in r.getMessage() for r in caplog.records)
     caplog.clear()
-    monkeypatch.setenv("RFT_JUDGE_MODE", "correct_only")
+    settings_file(mode="correct_only")
     with caplog.at_level(logging.WARNING, logger="rft.reward.blend"):
         load_reward_module(REWARD_FILE)
     assert not caplog.records
 
 
-def test_threaded_calls_as_agent_py_makes_them(judge_server) -> None:
+def test_threaded_calls_as_agent_py_makes_them(settings_file) -> None:
     module = load_reward_module(REWARD_FILE)
 
     async def main():
@@ -174,7 +168,7 @@ def test_threaded_calls_as_agent_py_makes_them(judge_server) -> None:
 
 
 @pytest.mark.slow
-def test_real_openrlhf_executor_and_experience_maker(judge_server) -> None:
+def test_real_openrlhf_executor_and_experience_maker(judge_server, settings_file) -> None:
     """The real SingleTurnAgentExecutor loads reward_func_judge.py; the real experience maker keeps every key."""
     cases = [(QWEN_PROMPT, RIGHT[len(QWEN_PROMPT):], "29", "stop"), (QWEN_PROMPT, WRONG[len(QWEN_PROMPT):], "29", "stop")]
     results = run_through_openrlhf(REWARD_FILE, cases)

@@ -28,13 +28,12 @@ from rft.reward.exact_match import (
     make_reward_func,
     reward_value,
     safe_grade,
-    scheme_from_env,
     scored_region,
     user_message,
 )
 from tests.reward.openrlhf_path import run_through_openrlhf
 from tests.reward.prompts import HARMONY_PROMPT, QWEN_PROMPT, harmony
-from tests.support.reward_files import load_reward_module
+from tests.support.reward_files import load_reward_module, write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 REWARD_FILE = ROOT / "reward_func_em.py"
@@ -202,23 +201,19 @@ def test_schemes() -> None:
     assert [reward_value(g, "signed") for g in (right, wrong, empty)] == [1.0, -1.0, -0.5]
 
 
-def test_scheme_from_env() -> None:
-    assert scheme_from_env({}) == "binary"
-    assert scheme_from_env({"RFT_REWARD_SCHEME": " Signed "}) == "signed"
-    with pytest.raises(ValueError, match="RFT_REWARD_SCHEME='bogus'"):
-        scheme_from_env({"RFT_REWARD_SCHEME": "bogus"})
-
-
-def test_scheme_is_read_when_the_file_is_loaded(monkeypatch) -> None:
-    monkeypatch.setenv("RFT_REWARD_SCHEME", "signed")
+def test_scheme_is_read_when_the_file_is_loaded(monkeypatch, tmp_path) -> None:
+    """reward_func_em.py takes [reward] scheme from the reward.toml that RFT_REWARD_CONFIG names."""
+    path = tmp_path / "reward.toml"
+    monkeypatch.setenv("RFT_REWARD_CONFIG", str(path))
+    write_reward_toml(path, reward={"scheme": "signed"})
     signed = load_reward_module(REWARD_FILE)
-    monkeypatch.setenv("RFT_REWARD_SCHEME", "binary")
+    write_reward_toml(path, reward={"scheme": "binary"})
     binary = load_reward_module(REWARD_FILE)
     args = ([QWEN_PROMPT + "no idea<|im_end|>"], [QWEN_PROMPT], ["29"])
     assert float(signed.reward_func(*args)["rewards"][0]) == -0.5
     assert float(binary.reward_func(*args)["rewards"][0]) == 0.0
-    monkeypatch.setenv("RFT_REWARD_SCHEME", "bogus")
-    with pytest.raises(ValueError, match="RFT_REWARD_SCHEME"):
+    write_reward_toml(path, reward={"scheme": "bogus"})
+    with pytest.raises(ValueError, match=r"reward.toml: \[reward\] scheme = 'bogus'"):
         load_reward_module(REWARD_FILE)
 
 
@@ -507,7 +502,6 @@ def test_a_grading_error_is_logged_and_scored_as_no_answer(caplog, monkeypatch) 
 
 
 def test_scheme_names() -> None:
-    assert scheme_from_env({"RFT_REWARD_SCHEME": "  "}) == "binary"  # blank: the default
     assert make_reward_func("binary").scheme == "binary"
     with pytest.raises(ValueError, match=r"unknown reward scheme 'nope'; use one of \['binary'"):
         make_reward_func("nope")

@@ -12,10 +12,8 @@ from pathlib import Path
 import pytest
 
 from rft.reward.judge import (
-    DEFAULT_MODELS,
     Judge,
     JudgeConfig,
-    JudgeConfigError,
     MalformedJudgement,
     RunningMean,
     build_prompt,
@@ -321,34 +319,6 @@ def test_fallback_quality_is_the_mean_of_recent_successes(judge_server) -> None:
         judge_server.scripts[m] = [{"status": 503}]
     assert not judge.judge(PROBLEM, "fails").ok
     assert judge.fallback_quality() == pytest.approx(0.5)  # a failure adds nothing
-
-
-def test_config_from_env() -> None:
-    cfg = JudgeConfig.from_env({"RFT_JUDGE_MODELS": "m1, m2", "RFT_JUDGE_PRICES": "m1=2/12,m2=1/4",
-                                "RFT_JUDGE_TIMEOUT": "30", "METRICS_LOG_DIR": "/runs/a"})  # fmt: skip
-    assert cfg.models == ("m1", "m2") and cfg.prices["m2"] == (1.0, 4.0) and cfg.timeout_s == 30
-    assert cfg.cache_path == Path("/runs/a/judge_cache.sqlite")
-    assert JudgeConfig.from_env({}).models == DEFAULT_MODELS
-    assert JudgeConfig.from_env({"RFT_JUDGE_CACHE": "off"}).cache_path is None
-
-
-def test_price_file(tmp_path) -> None:
-    path = tmp_path / "prices.json"
-    path.write_text(json.dumps({"m9": [3, 15]}))
-    cfg = JudgeConfig.from_env({"RFT_JUDGE_MODELS": "m9", "RFT_JUDGE_PRICES": str(path)})
-    assert cfg.prices["m9"] == (3.0, 15.0)
-
-
-@pytest.mark.parametrize(
-    ("env", "names"),
-    [({"RFT_JUDGE_TIMEOUT": "soon"}, "RFT_JUDGE_TIMEOUT"), ({"RFT_JUDGE_RETRIES": "-1"}, "RFT_JUDGE_RETRIES"),
-     ({"RFT_JUDGE_MODELS": "gemini-9"}, "RFT_JUDGE_PRICES"), ({"RFT_JUDGE_PRICES": "m1=2"}, "RFT_JUDGE_PRICES"),
-     ({"RFT_JUDGE_PRICES": "/no/such/file"}, "RFT_JUDGE_PRICES"), ({"RFT_JUDGE_MODELS": " , "}, "RFT_JUDGE_MODELS"),
-     ({"RFT_JUDGE_THINKING_LEVEL": "max"}, "RFT_JUDGE_THINKING_LEVEL"), ({"RFT_JUDGE_PRIOR": "2"}, "RFT_JUDGE_PRIOR")],
-)  # fmt: skip
-def test_bad_config_names_the_variable(env: dict, names: str) -> None:
-    with pytest.raises(JudgeConfigError, match=names):
-        JudgeConfig.from_env(env)
 
 
 def test_credentials_status(tmp_path, monkeypatch) -> None:

@@ -1,5 +1,6 @@
 """Offline data fixtures: NuminaMath-1.5-shaped parquet shards with known removals per stage, plus small
-AIME / MATH / Apex / GSM8K inputs. Also a fast generator of a full-size (896,215-row) input for the benchmark.
+AIME / MATH / Apex / GSM8K inputs (files for the CLI runs; overlapping JSONL ones for the in-process tests).
+Also a fast generator of a full-size (896,215-row) input for the benchmark.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from rft.data.config import DataConfig, Inputs
 
 NUMINA_SOURCES = (
     "olympiads",
@@ -496,3 +499,61 @@ def write_eval_inputs_large(dir_: Path, math_rows: int = 400) -> EvalFixtures:
     ]
     pq.write_table(pa.table({"Problem": [p for p, _ in aime], "Answer": [a for _, a in aime]}), fx.aime)
     return fx
+
+
+# ----------------------------------------------------------------------------------------- small in-process inputs
+
+
+def small_config(**over) -> DataConfig:
+    """The CLI runs' sizes as a DataConfig (no progress bars), with overrides."""
+    sizes = {"rl_pool_size": 40, "sft_size": 12, "sft_dev_size": 4, "pool_subset_size": 8, "probe_size": 6,
+             "aime_size": 4, "ood_math_size": 10, "gsm8k_eval_size": 5, "progress": False}  # fmt: skip
+    return DataConfig(**{**sizes, **over})
+
+
+def jsonl_source(path: Path, rows: list[dict]) -> str:
+    """Rows written as JSONL; returns the path as a source spec."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+AIME_S = [f"Small AIME problem {n}: find the number of tilings of board {n}." for n in range(4)]
+APEX_S = [f"Small Apex problem {n}: count the admissible colourings of grid {n}." for n in range(4)]
+MATH_S = [f"Small MATH problem {n}: count the lattice points on curve {n}." for n in range(6)]
+GSM_TEST = [f"Small GSM8K test {n}: Ann buys {n + 2} bags of apples. How many apples?" for n in range(4)]
+GSM_TRAIN = [f"Small GSM8K train {n}: Bob reads {n + 4} pages a day. How many pages?" for n in range(3)]
+
+
+def small_evals(d: Path) -> dict[str, str | tuple[str, ...]]:
+    """Eval inputs with overlaps in each: AIME repeats two rows, Apex copies AIME, MATH copies Apex, GSM8K test
+    copies MATH, GSM8K train copies GSM8K test; plus rows each loader must skip."""
+    d.mkdir(parents=True, exist_ok=True)
+    apex_s = [*APEX_S[:2], AIME_S[1], APEX_S[3]]
+    math_s = [*MATH_S[:2], APEX_S[0], *MATH_S[3:5]]
+    test_s = [GSM_TEST[0], MATH_S[0], *GSM_TEST[2:]]
+    train_s = [GSM_TRAIN[0], GSM_TEST[0], GSM_TRAIN[2]]
+    levels = ["Level 5", "Level 3", "Level 4", "Level 12", "Level 5"]
+    boxes = ["4", "5", "7", "9", "\\frac{1}{2}"]
+    return {
+        "aime": jsonl_source(d / "aime.jsonl", [{"problem": p, "answer": str(10 + n)} for n, p in enumerate(AIME_S)]
+                       + [{"problem": AIME_S[0].upper(), "answer": "10"}, {"problem": AIME_S[2], "answer": "12"}]),
+        "apex": jsonl_source(d / "apex.jsonl", [{"problem": p, "answer": a}
+                                          for p, a in zip(apex_s, ["7", "1/2", "11", "So #### 7"], strict=True)]),
+        "math": (
+            jsonl_source(d / "math.jsonl", [{"problem": p, "level": lv, "solution": f"So $\\boxed{{{b}}}$."}
+                                      for p, lv, b in zip(math_s, levels, boxes, strict=True)]),
+            jsonl_source(d / "math500.jsonl", [{"problem": MATH_S[5], "level": 4, "answer": "6", "solution": "..."}]),
+        ),
+        "gsm8k_test": jsonl_source(d / "gsm_test.jsonl", [{"question": q, "answer": a} for q, a in
+                                                    zip(test_s, ["So.\n#### 8", "#### 4", "12", "#### 3.5"], strict=True)]),
+        "gsm8k_train": jsonl_source(d / "gsm_train.jsonl", [{"question": q, "answer": a} for q, a in
+                                                      zip(train_s, ["#### 10", "#### 8", "Total\n#### 1,000"], strict=True)]),
+    }  # fmt: skip
+
+
+def small_inputs(d: Path, **over) -> Inputs:
+    """Inputs with the small eval files (numina unused by build_eval_sets)."""
+    return Inputs(**{"numina": str(d), **small_evals(d), **over})
+
+
+SMALL_SIZES = {"aime_size": 2, "ood_math_size": 2, "gsm8k_eval_size": 0}

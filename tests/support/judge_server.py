@@ -1,8 +1,9 @@
 """A local HTTP server on 127.0.0.1 that speaks Gemini's `generateContent` REST shape, for the judge tests.
 
-The real `google-genai` client is pointed at it (`RFT_JUDGE_BASE_URL`). Each model answers from a script of
-actions (a list consumed in order, the last one repeating); by default it plays a naive judge that obeys a
-`SCORE=x` instruction found anywhere *outside* the fenced solution block, else answers `default_score`.
+The real `google-genai` client is pointed at it (`JudgeConfig.base_url`, reward.toml's `[judge] base_url`).
+Each model answers from a script of actions (a list consumed in order, the last one repeating); by default it
+plays a naive judge that obeys a `SCORE=x` instruction found anywhere *outside* the fenced solution block, else
+answers `default_score`.
 It records every request (model, body, start/end times) and the peak number of requests in flight.
 
 Actions: {"score": x} | {"text": raw reply text} | {"status": code} | {"sleep": s, ...then another action}.

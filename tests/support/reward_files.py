@@ -1,8 +1,10 @@
-"""Files loaded by path: reward files (reward_func_*.py) the way OpenRLHF loads --remote_rm_url, entry points."""
+"""Files loaded by path: reward files (reward_func_*.py) the way OpenRLHF loads --remote_rm_url, entry points;
+reward.toml settings files written for them."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from types import ModuleType
 
@@ -18,3 +20,16 @@ def load_file(path: Path | str, name: str) -> ModuleType:
 def load_reward_module(path: Path | str) -> ModuleType:
     """Load a reward file exactly as openrlhf/utils/agent.py (0.9.3) does: a fresh module named reward_func."""
     return load_file(path, "reward_func")
+
+
+def write_reward_toml(path: Path, **sections: dict) -> Path:
+    """A reward.toml with these sections (`judge={"prices": {...}}` becomes [judge.prices]); JSON values are TOML."""
+    lines = []
+    for name, table in sections.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in table.items() if not isinstance(v, dict)]
+        for sub, inner in ((k, v) for k, v in table.items() if isinstance(v, dict)):
+            lines.append(f"[{name}.{sub}]")
+            lines += [f"{json.dumps(k)} = {json.dumps(v)}" for k, v in inner.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
