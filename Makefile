@@ -5,7 +5,7 @@
 # make mutate: mutation testing (mutmut) of the modules where a bug costs a run, each against its own test files,
 # on a temporary copy; MODULES="answer passk" for some only. Kill rates and equivalent mutants: docs/mutation.md.
 # make train: on the 8-GPU node, the active environment if it holds the pinned stack, else .venv-train built by
-# rft/launch/train_env.py (torch at vLLM's pin, flash-attn without build isolation, the rest, verified, renamed into
+# rft/launch/train_env.py (prerequisites checked first; torch at vLLM's pin, flash-attn's import-only stand-in, the rest, verified, renamed into
 # place), then the patches and $(TRAIN_SCRIPT); without GPUs, the CPU demonstration (train_grpo_cpu.sh in
 # .venv-vllm: the whole loop on a tiny random model, ends with `run dir: PATH`). DRY_RUN=1: print, run nothing.
 PYTHON ?= python3
@@ -84,11 +84,11 @@ train:
 		set -e; \
 		echo "make train: $$(nvidia-smi -L | grep -c '^GPU ') GPU(s) (nvidia-smi -L)" >&2; \
 		if [ "$(DRY_RUN)" = 1 ]; then \
-			$(PYTHON) -m rft.launch.train_env plan --venv $(TRAIN_VENV); \
+			$(PYTHON) -m rft.launch.train_env plan --venv $(TRAIN_VENV) --base-python $(PYTHON) || exit 1; \
 			echo "then: PYTHON=<that interpreter> bash apply_patches.sh; bash $(TRAIN_SCRIPT)"; \
 			exit 0; \
 		fi; \
-		py="$$($(PYTHON) -m rft.launch.train_env ensure --venv $(TRAIN_VENV))"; \
+		py="$$($(PYTHON) -m rft.launch.train_env ensure --venv $(TRAIN_VENV) --base-python $(PYTHON))"; \
 		PYTHON="$$py" bash apply_patches.sh; \
 		PYTHON="$$py" bash $(TRAIN_SCRIPT); \
 	elif [ "$(DRY_RUN)" = 1 ]; then \

@@ -15,7 +15,7 @@ import torch
 
 from rft import mxfp4
 from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, parse_args
-from tests.support.mxfp4_fixtures import build_mxfp4_checkpoint
+from tests.support.mxfp4_fixtures import build_mxfp4_checkpoint, zero3_strategy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,16 +25,6 @@ def ckpt(tmp_path_factory) -> tuple[Path, dict[str, torch.Tensor]]:
     """(directory of a tiny MXFP4 gpt-oss checkpoint, its expected dequantized bf16 state dict)."""
     path = tmp_path_factory.mktemp("mxfp4") / "tiny-gpt-oss-mxfp4"
     return path, build_mxfp4_checkpoint(path)
-
-
-def strategy(**extra):
-    from openrlhf.utils.deepspeed import DeepspeedStrategy
-
-    args = SimpleNamespace(param_dtype="bf16", zero_stage=3, ds_tensor_parallel_size=1, local_rank=-1,
-                           adam_offload=False, offload=False, lora_rank=0, **extra)
-    s = DeepspeedStrategy(seed=1, max_norm=1.0, micro_train_batch_size=1, train_batch_size=1, zero_stage=3, args=args)
-    s.world_size = 1
-    return s
 
 
 def gathered(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -81,7 +71,7 @@ def test_patched_actor_loads_mxfp4_as_zero3_params(patched_openrlhf, dist_world,
     from openrlhf.models import Actor
 
     path, expected = ckpt
-    s = strategy()
+    s = zero3_strategy()
     train_cfg = s.get_ds_train_config(is_actor=True)
     actor = Actor(str(path), attn_implementation="eager", param_dtype="bf16", lora_rank=4, lora_alpha=8,
                   target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], ds_config=train_cfg)

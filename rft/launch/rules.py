@@ -124,6 +124,29 @@ def attention_rule(args: argparse.Namespace, argv: list[str]) -> tuple[list[str]
     return [], []
 
 
+def installed_version(dist: str) -> str | None:
+    """The installed version of distribution `dist` in this interpreter (None: not installed)."""
+    import importlib.metadata as md
+
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def flash_attn_rule(args: argparse.Namespace, flash_attn_version: str | None) -> list[str]:
+    """Refuse what calls flash-attn kernels when the environment holds rft's import-only stand-in."""
+    if not (flash_attn_version or "").endswith("+rft.standin"):
+        return []
+    uses = [f for f, on in (("--attn_implementation flash_attention_2", args.attn_implementation == "flash_attention_2"),
+                            ("--packing_samples", args.packing_samples)) if on]
+    if not uses:
+        return []
+    return [f"{' and '.join(uses)} call flash-attn kernels, and this environment's flash-attn is rft's import-only "
+            "stand-in (make train installs it instead of an hour's build): use --attn_implementation eager or sdpa, "
+            "or install the real one (pip install --no-build-isolation flash-attn==2.8.3, needs nvcc)"]
+
+
 def lora_sync_rule(args: argparse.Namespace, rep: Report) -> None:
     """Name the LoRA weight-sync mode the run will use (LORA_SYNC in the scripts); native needs a vLLM-sized rank."""
     if args.lora_rank <= 0 or not (args.vllm_num_engines or 0):
@@ -502,7 +525,7 @@ def run_checks(
     rep.notes.append(f"flags: accepted by OpenRLHF's own parser and validation ({profile.entry}), on {where}")
     rep.warnings += [f"OpenRLHF: {w}" for w in parsed.warnings]
     errs, warns = attention_rule(a, argv)
-    rep.errors += errs
+    rep.errors += errs + flash_attn_rule(a, installed_version("flash-attn"))
     rep.warnings += warns
     model_rule(a, rep)
     if profile.entry == "ppo":

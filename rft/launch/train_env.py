@@ -1,9 +1,12 @@
 """The GPU training environment: find one that holds the pinned stack, else build `.venv-train` by a fixed recipe.
 
-`python3 -m rft.launch.train_env plan` prints the environment found and the install order and runs nothing but a
-read-only probe of each candidate interpreter; `ensure` uses the environment found or builds one beside the
-target (`.venv-train.building`), verifies it, and renames it into place only then, so a half-built environment
-never shadows a working one. Stdlib only: it runs before any environment exists.
+`python3 -m rft.launch.train_env plan` prints the node's prerequisites (rft/launch/prereqs.py), the environment
+found and the install order, and runs nothing but read-only probes; `ensure` stops on a missing prerequisite
+before any download, then uses the environment found or builds one beside the target (`.venv-train.building`),
+verifies it (FusedAdam built once there, not at actor start-up), and renames it into place only then, so a
+half-built environment never shadows a working one. flash-attn is not built (an hour of nvcc): the recipes use
+eager attention and OpenRLHF only imports it, so an import-only stand-in wheel satisfies OpenRLHF's pin.
+Stdlib only: it runs before any environment exists.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rft.launch.prereqs import problems, read_host
 from rft.provenance import REPO_ROOT as REPO
 
 # The pinned stack: import name -> (distribution, version). torch is vLLM 0.15.1's own pin (torch==2.9.1,
@@ -32,7 +37,9 @@ STACK = {
     "peft": ("peft", "0.17.1"),
 }
 TORCH_COMPANIONS = ("torchvision==0.24.1", "torchaudio==2.9.1")
-FLASH_ATTN_BUILD_DEPS = ("packaging", "ninja", "psutil", "einops", "wheel")
+# The import-only flash_attn (raising when called) under a local version that satisfies OpenRLHF's ==2.8.3 pin.
+STANDIN_SOURCE = REPO / "rft" / "cpu" / "site" / "flash_attn"
+STANDIN_VERSION = f"{STACK['flash_attn'][1]}+rft.standin"
 
 # Runs inside a candidate interpreter: {import name: [distribution version or None, importable]}.
 PROBE = """
@@ -65,6 +72,11 @@ for mod, (dist, want) in stack.items():
 import torch
 if not torch.cuda.is_available():
     bad.append("torch.cuda.is_available() is False")
+try:  # built once here (TORCH_EXTENSIONS_DIR), found again by every actor rank at start-up
+    from deepspeed.ops.op_builder import FusedAdamBuilder
+    FusedAdamBuilder().load()
+except Exception as e:
+    bad.append(f"DeepSpeed FusedAdam build: {type(e).__name__}: {e}")
 print(json.dumps(bad))
 """
 
@@ -132,9 +144,31 @@ def find_env(env: dict[str, str], venv: Path) -> tuple[EnvReport | None, list[En
     return next((r for r in reports if r.ok), None), reports
 
 
+def standin_wheel_name() -> str:
+    return f"flash_attn-{STANDIN_VERSION}-py3-none-any.whl"
+
+
+def build_standin_wheel(dest: Path, source: Path = STANDIN_SOURCE) -> Path:
+    """Write the flash_attn stand-in as a wheel in `dest` (a zip with its dist-info, no build tool); returns it."""
+    dist = f"flash_attn-{STANDIN_VERSION}.dist-info"
+    files = {f"flash_attn/{p.relative_to(source).as_posix()}": p.read_bytes()
+             for p in sorted(source.rglob("*.py"))}
+    files[f"{dist}/METADATA"] = (f"Metadata-Version: 2.1\nName: flash-attn\nVersion: {STANDIN_VERSION}\n"
+                                 "Summary: rft's import-only flash_attn stand-in (no kernels)\n"
+                                 "Requires-Dist: einops\n").encode()
+    files[f"{dist}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: rft\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    files[f"{dist}/RECORD"] = "".join(f"{name},,\n" for name in [*files, f"{dist}/RECORD"]).encode()
+    dest.mkdir(parents=True, exist_ok=True)
+    wheel = dest / standin_wheel_name()
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return wheel
+
+
 def install_steps(base_python: str, building: Path, repo: Path = REPO) -> list[tuple[str, list[str]]]:
-    """The recipe, in order: (what, argv). torch first at vLLM's pin, flash-attn built against it without
-    build isolation (its setup.py imports torch), then the rest under a constraint that keeps that torch."""
+    """The recipe, in order: (what, argv). torch first at vLLM's pin, the flash_attn stand-in (nothing built),
+    then the rest under a constraint that keeps that torch and the stand-in."""
     pip = [str(building / "bin" / "python"), "-m", "pip"]
     torch_pin = f"torch=={STACK['torch'][1]}"
     constraints = building / "constraints-train.txt"
@@ -142,9 +176,8 @@ def install_steps(base_python: str, building: Path, repo: Path = REPO) -> list[t
         ("venv", [base_python, "-m", "venv", str(building)]),
         ("pip, setuptools, wheel", [*pip, "install", "-U", "pip", "setuptools", "wheel"]),
         (f"{torch_pin} (vLLM 0.15.1's pin) first", [*pip, "install", torch_pin, *TORCH_COMPANIONS]),
-        ("flash-attn's build requirements", [*pip, "install", *FLASH_ATTN_BUILD_DEPS]),
-        ("flash-attn 2.8.3 against that torch, no build isolation",
-         [*pip, "install", "--no-build-isolation", f"flash-attn=={STACK['flash_attn'][1]}"]),
+        (f"flash-attn {STANDIN_VERSION}: the import-only stand-in, nothing built",
+         [*pip, "install", "--no-deps", str(building / standin_wheel_name())]),
         ("the rest: rft[train] with torch and flash-attn held",
          [*pip, "install", "-c", str(constraints), "-e", f"{repo}[train]"]),
         ("pip check", [*pip, "check"]),
@@ -153,7 +186,7 @@ def install_steps(base_python: str, building: Path, repo: Path = REPO) -> list[t
 
 def constraints_text() -> str:
     """Pins the later steps must not move."""
-    return f"torch=={STACK['torch'][1]}\nflash-attn=={STACK['flash_attn'][1]}\n" + "\n".join(TORCH_COMPANIONS) + "\n"
+    return f"torch=={STACK['torch'][1]}\nflash-attn=={STANDIN_VERSION}\n" + "\n".join(TORCH_COMPANIONS) + "\n"
 
 
 def describe(found: EnvReport | None, reports: list[EnvReport], venv: Path, base_python: str) -> str:
@@ -200,8 +233,9 @@ def build(base_python: str, venv: Path, log=print) -> str:
         log(f"[{i}] {what}")
         if subprocess.run(argv).returncode != 0:
             raise RuntimeError(f"step {i} ({what}) failed: {' '.join(argv)}; {venv} left as it was")
-        if i == 1:  # the venv exists now: the pins the later steps are held to
+        if i == 1:  # the venv exists now: the pins the later steps are held to, and the stand-in wheel
             (building / "constraints-train.txt").write_text(constraints_text())
+            build_standin_wheel(building)
     res = subprocess.run([str(building / "bin" / "python"), "-c", VERIFY, json.dumps(STACK)],
                          capture_output=True, text=True)
     bad = json.loads(res.stdout) if res.returncode == 0 else [res.stderr.strip()[-500:]]
@@ -211,18 +245,36 @@ def build(base_python: str, venv: Path, log=print) -> str:
     return str(venv / "bin" / "python")
 
 
+def prerequisite_lines(bad: list[str], warn: list[str]) -> str:
+    """The prerequisites block `plan` and `ensure` print first."""
+    lines = ["# prerequisites (rft/launch/prereqs.py)"]
+    lines += [f"  ERROR {b}" for b in bad] + [f"  WARN {w}" for w in warn]
+    if not bad and not warn:
+        lines.append("  all met")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m rft.launch.train_env", description=__doc__.splitlines()[0])
     p.add_argument("action", choices=("plan", "ensure"), help="plan: print, run nothing; ensure: find or build")
     p.add_argument("--venv", default=str(REPO / ".venv-train"), help="the environment to build (default .venv-train)")
     p.add_argument("--base-python", default=sys.executable, help="interpreter the venv is built from")
+    p.add_argument("--profile", choices=("20b", "120b"), default="20b",
+                   help="the recipe whose host RAM and model cache the checks size (default 20b)")
     ns = p.parse_args(argv)
     venv = Path(ns.venv).absolute()
-    found, reports = find_env(dict(os.environ), venv)
+    env = dict(os.environ)
+    found, reports = find_env(env, venv)
+    bad, warn = problems(read_host(env, ns.base_python, venv), ns.profile, building=found is None)
+    text = prerequisite_lines(bad, warn) + "\n" + describe(found, reports, venv, ns.base_python)
     if ns.action == "plan":
-        print(describe(found, reports, venv, ns.base_python))
-        return 0
-    print(describe(found, reports, venv, ns.base_python), file=sys.stderr)
+        print(text)
+        return 1 if bad else 0
+    print(text, file=sys.stderr)
+    if bad:
+        print(f"train env: {len(bad)} prerequisite(s) missing (ERROR lines above); nothing was downloaded",
+              file=sys.stderr)
+        return 1
     if found is not None:
         print(found.python)
         return 0

@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PINNED = {mod: [version, True] for mod, (_, version) in STACK.items()}
 
 FAKE_SMI = """#!/usr/bin/env bash
-for i in 0 1 2 3 4 5 6 7; do echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-fake-$i)"; done
+for i in 0 1 2 3 4 5 6 7; do
+    if [[ "$1" == --query-gpu=driver_version ]]; then echo 570.133.20; else echo "GPU $i: NVIDIA H100 80GB HBM3 (UUID: GPU-fake-$i)"; fi
+done
 """
 
 
@@ -65,14 +67,15 @@ def test_the_install_order_and_its_pins(tmp_path):
     whats = [w for w, _ in steps]
     argv = {w: a for w, a in steps}
     torch_step = next(w for w in whats if w.startswith("torch=="))
-    flash_step = next(w for w in whats if w.startswith("flash-attn 2.8.3"))
+    flash_step = next(w for w in whats if w.startswith("flash-attn 2.8.3+rft.standin"))
     rest_step = next(w for w in whats if w.startswith("the rest"))
     assert whats.index(torch_step) < whats.index(flash_step) < whats.index(rest_step) < whats.index("pip check")
     assert argv[torch_step][-3:] == ["torch==2.9.1", "torchvision==0.24.1", "torchaudio==2.9.1"]
-    assert "--no-build-isolation" in argv[flash_step] and argv[flash_step][-1] == "flash-attn==2.8.3"
+    assert argv[flash_step][-1] == str(tmp_path / ".venv-train.building" / train_env.standin_wheel_name())
+    assert not any("flash-attn==" in a for _, argv_ in steps for a in argv_)  # nothing builds flash-attn
     assert argv[rest_step][-2:] == ["-e", f"{train_env.REPO}[train]"] and "-c" in argv[rest_step]
     held = train_env.constraints_text().split()
-    assert "torch==2.9.1" in held and "flash-attn==2.8.3" in held  # the rest cannot move them: no second torch
+    assert "torch==2.9.1" in held and "flash-attn==2.8.3+rft.standin" in held  # the rest cannot move them
     assert all(a[0] == str(tmp_path / ".venv-train.building" / "bin" / "python") for _, a in steps[1:])
 
 
@@ -99,26 +102,61 @@ def test_relocate_renames_a_finished_venv_and_its_scripts(tmp_path):
     assert res.stdout.strip() == str(tmp_path / ".venv-train")
 
 
-def test_make_train_dry_run_on_a_gpu_node_runs_nothing_and_prints_the_plan(tmp_path):
-    bin_dir = tmp_path / "bin"
+def fake_tools(bin_dir: Path, *, python: str | None = None, nvcc: str | None = None) -> dict[str, str]:
+    """An environment whose PATH starts with a fake 8-GPU nvidia-smi (driver 570.133.20) and, if given, a python3
+    answering `--version` with `python` and an nvcc of release `nvcc`; no other nvcc is reachable."""
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
-    (bin_dir / "nvidia-smi").chmod(0o755)
+    if python:
+        (bin_dir / "python3").write_text(f'#!/usr/bin/env bash\n[ "$1" = --version ] && {{ echo "Python {python}"; '
+                                         f'exit 0; }}\nexec "{sys.executable}" "$@"\n')
+    if nvcc:
+        (bin_dir / "nvcc").write_text(f"#!/usr/bin/env bash\necho 'Cuda compilation tools, release {nvcc}, V{nvcc}.1'\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON", "CUDA_HOME",
+                                                               "CUDA_PATH")}
+    keep = [d for d in env["PATH"].split(":") if d and not (Path(d) / "nvcc").exists()]
+    env["PATH"] = ":".join([str(bin_dir), *keep])
+    return env
+
+
+def make_train_dry_run(env: dict[str, str], venv: Path, python: str = sys.executable) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), "train", "DRY_RUN=1",
+                           f"PYTHON={python}", f"TRAIN_VENV={venv}"],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_make_train_dry_run_on_a_gpu_node_runs_nothing_and_prints_the_plan(tmp_path):
     venv = tmp_path / ".venv-train"
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON")}
-    env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    res = subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), "train", "DRY_RUN=1",
-                          f"PYTHON={sys.executable}", f"TRAIN_VENV={venv}"],
-                         capture_output=True, text=True, env=env, timeout=300)
-    assert res.returncode == 0, res.stderr
+    res = make_train_dry_run(fake_tools(tmp_path / "bin", nvcc="12.8"), venv)
     assert "make train: 8 GPU(s) (nvidia-smi -L)" in res.stderr
     out = res.stdout
+    assert "ERROR nvcc" not in out and "ERROR driver" not in out and "ERROR python" not in out
     assert f"would build {venv}.building, verify it, rename it to {venv}" in out
     order = [line.split(":")[0].strip() for line in out.splitlines() if line.startswith("  ") and ". " in line]
-    assert [o.split(". ", 1)[1] for o in order][:6] == [
-        "venv", "pip, setuptools, wheel", "torch==2.9.1 (vLLM 0.15.1's pin) first", "flash-attn's build requirements",
-        "flash-attn 2.8.3 against that torch, no build isolation", "the rest"]
+    assert [o.split(". ", 1)[1] for o in order][:5] == [
+        "venv", "pip, setuptools, wheel", "torch==2.9.1 (vLLM 0.15.1's pin) first",
+        "flash-attn 2.8.3+rft.standin", "the rest"]
     assert not venv.exists() and not Path(f"{venv}.building").exists()  # nothing ran
+
+
+def test_make_train_dry_run_names_a_missing_nvcc_before_the_install_plan(tmp_path):
+    venv = tmp_path / ".venv-train"
+    res = make_train_dry_run(fake_tools(tmp_path / "bin"), venv)
+    assert res.returncode != 0
+    nvcc = [line for line in res.stdout.splitlines() if line.startswith("  ERROR nvcc: no CUDA compiler")]
+    assert len(nvcc) == 1 and "cuda-toolkit-12-8" in nvcc[0]
+    assert res.stdout.index("ERROR nvcc") < res.stdout.index("1. venv")  # named before any install step
+    assert not venv.exists() and not Path(f"{venv}.building").exists()
+
+
+def test_make_train_dry_run_names_an_old_python3(tmp_path):
+    env = fake_tools(tmp_path / "bin", python="3.10.12", nvcc="12.8")
+    python3 = tmp_path / "bin" / "python3"
+    res = make_train_dry_run(env, tmp_path / ".venv-train", python=str(python3))
+    assert res.returncode != 0
+    assert f"  ERROR python: {python3} is 3.10.12; rft needs >= 3.11" in res.stdout, res.stdout + res.stderr
 
 
 def test_launch_scripts_pick_the_interpreter_that_imports_openrlhf(tmp_path):

@@ -79,3 +79,16 @@ def build_mxfp4_checkpoint(path: Path, *, layers: int = 2, seed: int = 0, split_
 
         build_tokenizer().save_pretrained(path)
     return expected
+
+
+def zero3_strategy(**extra):
+    """OpenRLHF's DeepspeedStrategy for ZeRO-3 bf16 at world size 1 (its train and eval ds_configs)."""
+    from types import SimpleNamespace
+
+    from openrlhf.utils.deepspeed import DeepspeedStrategy
+
+    args = SimpleNamespace(param_dtype="bf16", zero_stage=3, ds_tensor_parallel_size=1, local_rank=-1,
+                           adam_offload=False, offload=False, lora_rank=0, **extra)
+    s = DeepspeedStrategy(seed=1, max_norm=1.0, micro_train_batch_size=1, train_batch_size=1, zero_stage=3, args=args)
+    s.world_size = 1
+    return s
