@@ -17,6 +17,18 @@ from rft.reward.extraction import MAX_ANSWER_CHARS, PROSE_WORD, match_brace
 from rft.reward.latex_value import identity_equal, latex_value, values_equal
 
 REL_TOL = 1e-6
+MAX_SYMBOLIC_ITEMS = 16  # items compared one by one through math-verify (each a bounded call)
+# A decimal of 15 or more significant digits is a float printed in full (`0.0833333333333333` for 1/12), not a
+# rounding: it equals the value it prints within float precision. A shorter decimal is exact (0.333 is not 1/3).
+MACHINE_DIGITS = 15
+MACHINE_REL_TOL = 1e-13
+_DECIMAL = re.compile(r"-?(\d*)\.(\d+)")
+
+
+def _machine_decimal(s: str) -> bool:
+    """`s` is a decimal with at least MACHINE_DIGITS significant digits."""
+    m = _DECIMAL.fullmatch(s)
+    return m is not None and len((m.group(1) + m.group(2)).lstrip("0")) >= MACHINE_DIGITS
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -46,13 +58,14 @@ _UNICODE = {
     "\uff0c": ",",
     "\u2264": "\\le ",
     "\u2265": "\\ge ",
+    "\u2260": "\\ne ",
 }
 _UNICODE_RE = re.compile("|".join(map(re.escape, _UNICODE)))
 _WRAPPERS = re.compile(
     r"\\(?:text|textbf|textit|textrm|texttt|mathrm|mathbf|mathit|mathsf|mathtt|mbox|operatorname|boxed|fbox"
     r")\s*\{"
 )
-_SPACING = re.compile(r"\\[,;:! ]|\\q?quad\b|\\displaystyle|\\limits|~")
+_SPACING = re.compile(r"\\[,;:! ]|\\q?quad|\\displaystyle|\\limits|~")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])\.?")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ\b|\\degree\b|\^\s*\{\s*\}")
 _VAR_PREFIX = re.compile(r"^\\?[A-Za-z]+(?:_\{?\w+\}?)?'?\s*(?:=|\\in\b|:=)\s*(?=\S)")
@@ -137,7 +150,7 @@ _NUMBER_WORDS = {
         "sixteen seventeen eighteen nineteen twenty".split()
     )
 } | {w: str(10 * i) for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)}
-_PROSE_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:\s+\d+/\d+|/\d+)?")
+_PROSE_NUMBER = re.compile(r"(?<![A-Za-z\d])-?\d+(?:,\d{3})*(?:\.\d+)?(?:\s+\d+/\d+|/\d+)?(?![A-Za-z\d])")
 _QUALIFIERS = re.compile(
     r"\b(?:not|no|except|or|between|than|least|most|about|approximately|nearly|around|either)\b", re.I
 )
@@ -145,7 +158,7 @@ _QUALIFIERS = re.compile(
 
 def _prose_value(s: str) -> str:
     """A sentence stating one number (`There are 5 ways`, `five`) -> that number; other text is left alone."""
-    if not PROSE_WORD.search(s) or re.search(r"[\\=+*^_<>]", s) or _QUALIFIERS.search(s):
+    if not PROSE_WORD.search(s) or re.search(r"[\\=+*^_<>{}]", s) or _QUALIFIERS.search(s):
         return s
     numbers = _PROSE_NUMBER.findall(s)
     words = [_NUMBER_WORDS[w.lower()] for w in re.findall(r"[A-Za-z]+", s) if w.lower() in _NUMBER_WORDS]
@@ -205,6 +218,104 @@ def _strip_outer_braces(s: str) -> str:
     return s
 
 
+# Relations in one spelling: `\geq`/`\ge`/`≥` -> `>=`, `\neq`/`\ne` -> `!=`, `\lt` -> `<`.
+_RELATIONS = {"geq": ">=", "ge": ">=", "geqslant": ">=", "leq": "<=", "le": "<=", "leqslant": "<=",
+              "neq": "!=", "ne": "!=", "lt": "<", "gt": ">"}
+_RELATION_CMD = re.compile(r"\\(" + "|".join(sorted(_RELATIONS, key=len, reverse=True)) + r")(?![A-Za-z])")
+# "and"/"or" joining the parts of one answer (`x=1 or x=-1`, `(1,2)or(2,1)`): a list separator.
+_JOIN = re.compile(r"(?<=[\d)}\]])\s*\b(?:and|or)\b\s*(?=[\w(\\{-])|(?<=[\d)}\]])\s+(?:and|or)\s+")
+# A matrix in any environment: `\begin{pmatrix}..\end{pmatrix}`, bmatrix, `[\begin{array}{cc}..\end{array}]`.
+_MATRIX = re.compile(
+    r"^[(\[]?\s*\\begin\{([pbvBV]?matrix|array)\}(?:\{[lcr| ]*\})?(.*?)\\end\{\1\}\s*[)\]]?$", re.DOTALL
+)
+# `a <= x <= b` (or with `<`): the interval it means, `[a,b]` / `(a,b)`.
+_CHAIN = re.compile(r"^([^<>=!]+)(<=?)([A-Za-z](?:_\{?\w+\}?)?)(<=?)([^<>=!]+)$")
+_CHAIN_DOWN = re.compile(r"^([^<>=!]+)(>=?)([A-Za-z](?:_\{?\w+\}?)?)(>=?)([^<>=!]+)$")
+# The name side of `names = value` (`(p,q)=`, `S_{MBCN}:S=`, `V_{1}:V_{2}=`): letters, subscripts, `(,:)`.
+_NAME_SIDE = re.compile(r"(?:\\[A-Za-z]+|[A-Za-z](?:_\{\w+\}|_\w)?'?|[(),:])+")  # one way to match each text
+_SPACED_COMMA = re.compile(r"\d,\s+\d")
+# `\\le` (a backslash escaped once more, as in a string literal) is the command `\le`.
+_ESCAPED_COMMAND = re.compile(r"\\\\(?=[A-Za-z])")
+# `\frac12`, `\frac1{x}`: one-token arguments, braced.
+_BARE_FRAC = re.compile(r"\\frac\s*(\d|\{[^{}]*\})\s*(\d|\{[^{}]*\})")
+
+
+def _braced_frac(m: re.Match) -> str:
+    num, den = (g if g.startswith("{") else "{" + g + "}" for g in m.groups())
+    return f"\\frac{num}{den}"
+
+
+def _matrix(s: str) -> str:
+    """A whole-answer matrix as nested rows, `[[a,b],[c,d]]`, whichever environment wrote it."""
+    m = _MATRIX.match(s)
+    if m is None:
+        return s
+    rows = [r.strip() for r in re.split(r"\\\\", m.group(2))]
+    while rows and not rows[-1]:
+        rows.pop()
+    if not rows:
+        return s
+    return "[" + ",".join("[" + ",".join(c.strip() for c in r.split("&")) + "]" for r in rows) + "]"
+
+
+def _chain_interval(s: str) -> str:
+    """`a<=x<b` -> `[a,b)`; `b>x>=a` -> `[a,b)`; anything else unchanged."""
+    m = _CHAIN.match(s)
+    if m is not None:
+        lo, lo_rel, _, hi_rel, hi = m.groups()
+        return ("[" if lo_rel == "<=" else "(") + f"{lo},{hi}" + ("]" if hi_rel == "<=" else ")")
+    m = _CHAIN_DOWN.match(s)
+    if m is not None:
+        hi, hi_rel, _, lo_rel, lo = m.groups()
+        return ("[" if lo_rel == ">=" else "(") + f"{lo},{hi}" + ("]" if hi_rel == ">=" else ")")
+    return s
+
+
+def _top_level(s: str, sep: str) -> list[str] | None:
+    """`s` split at `sep` outside brackets; None when its brackets do not balance."""
+    items, depth, start = [], 0, 0
+    for i, c in enumerate(s):
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+            if depth < 0:
+                return None
+        elif c == sep and depth == 0:
+            items.append(s[start:i])
+            start = i + 1
+    if depth != 0:
+        return None
+    items.append(s[start:])
+    return items
+
+
+def _drop_name(s: str) -> str:
+    """`name = value` -> `value` when the left side only names (`(p,q)=(3,2)`, `S_{ABC}:S=7:32`, `x=5`)."""
+    parts = _top_level(s, "=")
+    if parts is None or len(parts) != 2 or not parts[1] or _NAME_SIDE.fullmatch(parts[0]) is None:
+        return s
+    return parts[1]
+
+
+def _structure(s: str) -> str:
+    """Lists written with `;` groups, names or joins in one form: `p=5,q=2;p=7,q=2` -> `(5,2),(7,2)`."""
+    groups = _top_level(s, ";")
+    if groups is None:
+        return s
+    if len(groups) > 1:
+        out = []
+        for g in groups:
+            items = [_drop_name(i) for i in split_items(g) or [g]]
+            out.append(items[0] if len(items) == 1 else "(" + ",".join(items) + ")")
+        s = ",".join(out)
+    s = re.sub(r";", ",", s)  # inside brackets, `(0;-2;6)`, a `;` separates coordinates
+    items = split_items(s)
+    if items is not None and len(items) >= 2:
+        return ",".join(_drop_name(i) for i in items)
+    return _drop_name(s)
+
+
 def normalize_answer(answer: str) -> str:
     """Canonical string form of an answer, for comparison (see module docstring for the rules)."""
     return _normalize(str(answer)[:MAX_ANSWER_CHARS])
@@ -215,13 +326,17 @@ def _normalize(answer: str) -> str:
     s = answer.strip()
     if _PLAIN_INT.fullmatch(s):
         return str(int(s))
+    spaced_list = _SPACED_COMMA.search(s) is not None  # `32, 349` is a list, `32,349` and `32,\\!349` numbers
     s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], s)
     s = s.replace("\\$", "").replace("$", "")
     s = s.replace("\\(", "").replace("\\)", "").replace("\\[", "").replace("\\]", "")
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = s.replace("\\dbinom", "\\binom").replace("\\tbinom", "\\binom")
-    s = _LEFT_RIGHT.sub("", s)
+    s = _matrix(_LEFT_RIGHT.sub("", s).strip())
+    s = _ESCAPED_COMMAND.sub(r"\\", s)
+    s = _BARE_FRAC.sub(_braced_frac, s)
     s = _SPACING.sub(" ", s)
+    s = _RELATION_CMD.sub(lambda m: _RELATIONS[m.group(1)], s)
     s = _unwrap(_strip_units(s))
     s = _DEGREES.sub("", s)
     s = _set_phrase(s)
@@ -233,11 +348,13 @@ def _normalize(answer: str) -> str:
     s = s.replace("\\%", "").replace("%", "")
     s = s.replace("{,}", ",")
     s = s.strip().rstrip(".").strip()
+    s = _JOIN.sub(",", s)
     s = _VAR_PREFIX.sub("", s, count=1)
     s = _CMD_SPACE.sub(r"\1 ", s)
     s = _WHITESPACE.sub(lambda m: " " if _keeps_space(s, m) else "", s)
     s = _strip_outer_braces(s).rstrip(".")
-    if _THOUSANDS.fullmatch(s):
+    s = _chain_interval(_structure(s))
+    if _THOUSANDS.fullmatch(s) and not spaced_list:
         s = s.replace(",", "")
     if s.startswith("+"):
         s = s[1:]
@@ -313,6 +430,8 @@ def compare_fast(pred: str, gold: str) -> bool | None:
     gv = latex_value(gold)
     pv = latex_value(pred)
     if gv is not None and pv is not None:
+        if _machine_decimal(pred) or _machine_decimal(gold):
+            return values_equal(float(pv), float(gv), MACHINE_REL_TOL)
         return values_equal(pv, gv, REL_TOL)
     if gv is None and pv is None:
         same = identity_equal(pred, gold)
@@ -331,9 +450,11 @@ def _compare_sequences(pseq, gseq, pred: str, gold: str) -> bool | None:
         other = pred if pseq is None else gold
         return False if latex_value(other) is not None else None
     (po, pitems, pc), (go, gitems, gc) = pseq, gseq
+    unordered = go in ("", "\\{") and po in ("", "\\{")
+    if unordered:  # a set: an item written twice is one item
+        pitems, gitems = list(dict.fromkeys(pitems)), list(dict.fromkeys(gitems))
     if len(pitems) != len(gitems):
         return False
-    unordered = go in ("", "\\{") and po in ("", "\\{")
     if not unordered:
         if (po, pc) != (go, gc):
             return False
@@ -365,6 +486,42 @@ def answers_equal(pred: str | None, gold: str | None, *, symbolic: bool = True) 
         return decided
     if not symbolic:
         return False
+    by_item = _items_symbolically(p, g)
+    if by_item is not None:
+        return by_item
+    from rft.reward.symbolic import symbolic_equal
+
+    return symbolic_equal(p, g) is True
+
+
+def _items_symbolically(p: str, g: str) -> bool | None:
+    """Two sequences of one shape (a matrix, a tuple, a short list) compared item by item, math-verify deciding
+    the items the fast path cannot; None when they are not such sequences."""
+    pseq, gseq = split_sequence(p), split_sequence(g)
+    if pseq is None or gseq is None or len(pseq[1]) != len(gseq[1]) or len(gseq[1]) > MAX_SYMBOLIC_ITEMS:
+        return None
+    (po, pitems, pc), (go, gitems, gc) = pseq, gseq
+    if po in ("", "\\{") and go in ("", "\\{"):
+        remaining = list(gitems)
+        for item in pitems:
+            j = next((j for j, other in enumerate(remaining) if _item_equal(item, other)), None)
+            if j is None:
+                return False
+            del remaining[j]
+        return True
+    if (po, pc) != (go, gc):
+        return False
+    return all(_item_equal(a, b) for a, b in zip(pitems, gitems, strict=True))
+
+
+def _item_equal(p: str, g: str) -> bool:
+    """One item of a sequence: the fast path, then items of nested sequences, then math-verify."""
+    decided = compare_fast(p, g)
+    if decided is not None:
+        return decided
+    by_item = _items_symbolically(p, g)
+    if by_item is not None:
+        return by_item
     from rft.reward.symbolic import symbolic_equal
 
     return symbolic_equal(p, g) is True

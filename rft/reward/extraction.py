@@ -89,8 +89,46 @@ def last_box(text: str) -> Box | None:
     return None
 
 
+# What may stand between the boxes of one final statement: space, punctuation, math delimiters, "and"/"or".
+_BOX_JOINER = re.compile(
+    r"(?:\s|[,;&]|\$|\\[\[\]()]|\\q?quad\b|\\[,;: ]|\\\\|\\text\s*\{\s*(?:and|or|,)?\s*\}|\b(?:and|or)\b)*"
+    r"(?:\\?[A-Za-z]+(?:_\{?\w+\}?)?\s*=\s*)?"  # the name of the next part: `x = \\boxed{1}, y = \\boxed{2}`
+)
+
+
+def final_boxes(text: str, last: Box | None = None) -> list[Box]:
+    """The boxes of the final statement, in order: the last closed box and the boxes before it that only
+    connectives separate from it (`\\boxed{1}, \\boxed{2}`, `\\boxed{x=1} and \\boxed{y=2}`).
+
+    Any other text between two boxes (a sentence, a check, a correction) ends the statement: the boxes after
+    it are the answer, so a check box or a corrected box after an earlier one never joins it."""
+    box = last if last is not None else last_box(text)
+    if box is None or not box.closed:
+        return []
+    run = [box]
+    while len(run) < MAX_BOXES_TRIED:
+        prev = last_box(text[: run[0].start])
+        if prev is None or not prev.closed or not _BOX_JOINER.fullmatch(text, prev.end, run[0].start):
+            break
+        run.insert(0, prev)
+    return run
+
+
+def join_boxes(boxes: list[Box]) -> str | None:
+    """One answer from the boxes of a final statement: the contents joined by `, ` (a list of its parts)."""
+    parts = [b.content for b in boxes if b.content]
+    return ", ".join(parts)[:MAX_ANSWER_CHARS] if parts else None
+
+
+def final_answer(text: str) -> str | None:
+    """The answer the boxes of a text state (see `final_boxes`), or None when it has no closed box."""
+    return join_boxes(final_boxes(text))
+
+
 # "answer" first (a fast literal scan), then "final"/"the" checked just before it.
 _PHRASE = re.compile(r"(?:[Aa]nswer|ANSWER)[ \t]*(?:\*\*|__)?[ \t]*(?:is\b|IS\b|Is\b|:|=)[ \t]*(?:\*\*|__)?[ \t]*:?\s*")
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
+_FINAL_LEAD = re.compile(r"final\s+(?:\*\*|__)?$", re.IGNORECASE)
 _PHRASE_LEAD = re.compile(r"(?:(?:final|the|correct)\s+(?:\*\*|__)?|(?:^|\n)[ \t]*(?:#+[ \t]*)?(?:\*\*|__)?)$", re.IGNORECASE)
 # `#### 72` (optionally `$`, lower-case unit words, a full stop) ending its line; a Markdown heading
 # such as `#### Step 2: ...` or `#### 1. Setup` is not a GSM8K answer.
@@ -182,10 +220,21 @@ def _phrase_answer(text: str) -> str | None:
 
 
 def correction_after_box(text: str, box: Box) -> str | None:
-    """An answer phrase after a correction cue ("wait, that is wrong: the answer is 14") following the box."""
+    """An answer phrase after a correction cue ("wait, that is wrong: the answer is 14") following the box,
+    or a "final answer is" phrase stating a plain number there (the box held a step: "... = \\boxed{255} ... The
+    final answer is 10,455")."""
     tail = text[box.end : box.end + _TAIL_CHARS]
     cue = _CORRECTION_CUE.search(tail)
-    return _phrase_answer(tail[cue.end() :]) if cue is not None else None
+    if cue is not None:
+        return _phrase_answer(tail[cue.end() :])
+    m = _last_match(_PHRASE, tail, _final_lead)
+    cand = _phrase_candidate(tail[m.end() :]) if m is not None else None
+    return cand if cand and _PLAIN_NUMBER.fullmatch(cand) else None
+
+
+def _final_lead(text: str, m: re.Match) -> bool:
+    """The word before "answer" is "final"."""
+    return _FINAL_LEAD.search(text, max(0, m.start() - 24), m.start()) is not None
 
 
 def verification_start(text: str) -> int | None:
@@ -199,6 +248,23 @@ def verification_start(text: str) -> int | None:
     return None
 
 
+_INLINE_MATH = re.compile(rf"\$([^$]{{1,{MAX_ANSWER_CHARS}}})\$|\\\((.{{1,{MAX_ANSWER_CHARS}}}?)\\\)", re.DOTALL)
+# What makes a math span one answer rather than a number in it: a relation other than `=`, a matrix, or a
+# bracketed tuple (`$(7, 6)$`).
+_STRUCTURED = re.compile(
+    r"[<>]|!=|\\(?:[lg]eq?|neq?|[lg]t|geqslant|leqslant)(?![A-Za-z])|\\begin\{|^\(\s*[^(),]+(?:,\s*[^(),]+)+\)$"
+)
+
+
+def _structured_span(text: str, pos: int) -> str | None:
+    """The inline math span holding offset `pos` when it states a relation or a matrix (`$x \\geq 5$`)."""
+    for m in _INLINE_MATH.finditer(text, max(0, pos - MAX_ANSWER_CHARS), pos + MAX_ANSWER_CHARS):
+        if m.start() <= pos < m.end():
+            body = (m.group(1) or m.group(2) or "").strip()
+            return body if _STRUCTURED.search(body) else None
+    return None
+
+
 def extract_answer(text: str, *, fallbacks: bool = True) -> Extraction:
     """Extract the final answer from a response (already isolated from the prompt).
 
@@ -209,7 +275,9 @@ def extract_answer(text: str, *, fallbacks: bool = True) -> Extraction:
             corrected = correction_after_box(text, box)
             if corrected:
                 return Extraction(corrected, "phrase", box)
-        return Extraction(box.content if box.closed else None, "boxed" if box.closed else "none", box)
+        if not box.closed:
+            return Extraction(None, "none", box)
+        return Extraction(join_boxes(final_boxes(text, box)), "boxed", box)
     if not fallbacks:
         return Extraction(None, "none")
     cand = _phrase_answer(text)
@@ -222,5 +290,5 @@ def extract_answer(text: str, *, fallbacks: bool = True) -> Extraction:
     m = _last_match(_NUMBER, text[:cut]) if cut is not None else None
     m = m or _last_match(_NUMBER, text)
     if m is not None:
-        return Extraction(m.group(0), "last_number")
+        return Extraction(_structured_span(text, m.start()) or m.group(0), "last_number")
     return Extraction(None, "none")

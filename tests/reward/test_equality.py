@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from fractions import Fraction
 
 import pytest
@@ -45,7 +46,7 @@ NORMALIZATION = [
     ("5\\text{ cm}", "5"),
     ("12 \\mbox{ apples}", "12"),
     ("\\text{Evelyn}", "Evelyn"),
-    ("2\\text{ and }3", "2and3"),
+    ("2\\text{ and }3", "2,3"),
     ("\\pi r^2", "\\pi r^2"),
     ("{7}", "7"),
     ("+5", "5"),
@@ -102,6 +103,13 @@ def test_evaluator_floats() -> None:
     assert latex_value("2\\pi") == pytest.approx(6.283185307179586)
     assert latex_value("\\frac{\\sqrt{3}}{2}") == pytest.approx(0.8660254037844386)
     assert latex_value("-\\infty") == float("-inf")
+
+
+@pytest.mark.parametrize(("base", "num", "den"), [(2, 2, 3), (Fraction(13, 7), 2, 3), (5, 3, 4), (10, -1, 2)])
+def test_a_fractional_power_with_an_irrational_root(base, num: int, den: int) -> None:
+    """`b^{p/q}` is b to the p/q, also where the q-th root of b is irrational (not that root to the p/q)."""
+    want = float(base) ** (num / den)
+    assert latex_value(f"b^{{{num}/{den}}}", {"b": Fraction(base)}) == pytest.approx(want, rel=1e-12)
 
 
 # Issue 2, reward item 4, bullet by bullet: (bullet, [(pred, gold) that must match], [(pred, gold) that must not]).
@@ -542,3 +550,75 @@ def test_a_lone_backslash_does_not_fuse_with_the_next_word(gap: str) -> None:
 def test_an_empty_answer_is_decided_unequal(gold: str) -> None:
     """An empty answer never reaches math-verify: the fast path decides it, in either argument."""
     assert compare_fast("", gold) is False and compare_fast(gold, "") is False
+
+
+# Answers with structure (issue 31), family by family: (family, pred, gold, equal). Each family is a rule with
+# neighbours that must stay apart.
+STRUCTURE_FAMILIES = [
+    ("tuples in another order", "(2, 5), (1, 3)", "(1,3),(2,5)", True),
+    ("tuples in another order", "(2, 5), (1, 4)", "(1,3),(2,5)", False),
+    ("a tuple written twice is one", "(1,3),(2,5),(1, 3)", "(2,5),(1,3)", True),
+    ("a tuple is still ordered", "(5, 2)", "(2, 5)", False),
+    ("`;` separates items", "-4;0;9", "\\{9, -4, 0\\}", True),
+    ("`;` separates coordinates", "(1;-1;2),(0;0;3)", "(0, 0, 3), (1, -1, 2)", True),
+    ("`;` separates coordinates", "(1;-1;2)", "(1, 2, -1)", False),
+    ("names before a tuple", "(3,8)", "(m,n)=(3,8)", True),
+    ("names before a tuple", "(8,3)", "(m,n)=(3,8)", False),
+    ("named groups", "(2,9),(4,1)", "a=4,b=1;a=2,b=9", True),
+    ("named groups", "(9,2),(4,1)", "a=4,b=1;a=2,b=9", False),
+    ("a named ratio", "5:12", "S_{ABC}:S_{ABD}=5:12", True),
+    ("a named ratio", "12:5", "S_{ABC}:S_{ABD}=5:12", False),
+    ("named values", "7, 11", "AB=7, BC=11", True),
+    ("joined by or", "g(t)=2 \\text{ or } g(t)=-3", "-3, 2", True),
+    ("joined by and", "x = 4 and x = -\\frac{1}{2}", "\\{-\\frac12, 4\\}", True),
+    ("joined by and", "x = 4 and x = -\\frac{1}{3}", "\\{-\\frac12, 4\\}", False),
+    ("relations", "k \\geq 3", "k >= 3", True),
+    ("relations", "k \\ge 3", "k \\geqslant 3", True),
+    ("relations", "k \\leq 3", "k >= 3", False),
+    ("relations", "n \\neq 0", "n != 0", True),
+    ("relations", "m \\lt 8", "m < 8", True),
+    ("relations", "m \\gt 8", "m < 8", False),
+    ("an interval and its inequality", "-1 \\le t < 6", "t \\in [-1, 6)", True),
+    ("an interval and its inequality", "-1 < t < 6", "t \\in [-1, 6)", False),
+    ("an interval and its inequality", "9 \\geq u \\geq 2", "[2, 9]", True),
+    ("matrices", "\\begin{bmatrix} 3 & 1 \\\\ 0 & 2 \\end{bmatrix}", "\\begin{pmatrix}3&1\\\\0&2\\end{pmatrix}", True),
+    ("matrices", "\\left[\\begin{array}{cc} 3 & 1 \\\\ 0 & 2 \\end{array}\\right]", "\\begin{pmatrix}3&1\\\\0&2\\end{pmatrix}", True),
+    ("matrices", "\\begin{pmatrix} 3 & 0 \\\\ 1 & 2 \\end{pmatrix}", "\\begin{pmatrix}3&1\\\\0&2\\end{pmatrix}", False),
+    ("matrices", "\\begin{pmatrix} 0.5 \\\\ \\frac{3}{4} \\end{pmatrix}", "\\begin{pmatrix}\\frac12\\\\0.75\\end{pmatrix}", True),
+    ("a spaced comma is a list", "41, 208", "41208", False),
+    ("a thin space is a thousands separator", "41,\\!208", "41208", True),
+    ("a number inside a word is not stated", "XK7Q", "7", False),
+    ("a float printed in full", "0.142857142857143", "\\frac{1}{7}", True),
+    ("a float printed in full", "0.1428571", "\\frac{1}{7}", False),
+]
+
+
+@pytest.mark.parametrize(("family", "pred", "gold", "equal"), STRUCTURE_FAMILIES)
+def test_answers_with_structure(family: str, pred: str, gold: str, equal: bool) -> None:
+    assert answers_equal(pred, gold) is equal, family
+    assert answers_equal(gold, pred) is equal, family
+
+
+def test_items_only_math_verify_decides_are_compared_one_by_one() -> None:
+    """A matrix whose entries need math-verify: each entry goes to it, not the whole matrix."""
+    gold = "\\begin{pmatrix}\\sqrt[3]{y}^2 & 1 \\\\ 0 & \\sin(y)\\end{pmatrix}"
+    assert answers_equal("\\begin{pmatrix}y^{2/3} & 1 \\\\ 0 & \\sin(y)\\end{pmatrix}", gold)
+    assert not answers_equal("\\begin{pmatrix}y^{3/2} & 1 \\\\ 0 & \\sin(y)\\end{pmatrix}", gold)
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "a" * 900 + "1=2",
+        "(" * 400 + "x" + ")" * 400 + "=5",
+        "1<" * 300 + "x",
+        "1 and " * 150,
+        "p=1;" * 200,
+        "\\begin{pmatrix}" + "1&" * 400 + "\\end{pmatrix}",
+        "S_{" * 200 + "=3",
+    ],
+)
+def test_structure_rules_stay_fast_on_hostile_answers(hostile: str) -> None:
+    start = time.perf_counter()
+    answers_equal(hostile, hostile[::-1], symbolic=False)
+    assert time.perf_counter() - start < 0.5

@@ -233,3 +233,64 @@ def test_a_correction_keeps_the_box_it_overrides() -> None:
 def test_without_fallbacks_only_a_box_counts(text: str) -> None:
     got = extract_answer(text, fallbacks=False)
     assert (got.answer, got.method, got.box) == (None, "none", None)
+
+
+# Several boxes (issue 31): the boxes of the final statement, joined only by connectives, are one answer; any
+# other text between two boxes (a check, a correction, a sentence) ends the statement and the last box stands.
+SEVERAL_BOXES = [
+    ("The solutions are \\boxed{(4, 1)}, \\boxed{(1, 4)}.", "(4, 1), (1, 4)"),
+    ("So $\\boxed{a = 12}$ and $\\boxed{b = 5}$.", "a = 12, b = 5"),
+    ("\\[\\boxed{3}\\quad\\text{or}\\quad\\boxed{-7}\\]", "3, -7"),
+    ("roots \\boxed{2}\\boxed{9}", "2, 9"),
+    ("\\(x = \\boxed{6}\\), \\(y = \\boxed{8}\\)", "6, 8"),
+    ("So \\boxed{15}. Check: 15 + 5 = 20, as required, so \\boxed{15}.", "15"),
+    ("I get \\boxed{10}. Hmm, I dropped a factor of two; redoing it gives \\boxed{20}.", "20"),
+    ("Part (a): \\boxed{4}. Part (b) asks for the area: \\boxed{9}", "9"),
+]
+
+
+@pytest.mark.parametrize(("text", "answer"), SEVERAL_BOXES)
+def test_the_boxes_of_the_final_statement_form_one_answer(text: str, answer: str) -> None:
+    got = extract_answer(text)
+    assert (got.answer, got.method) == (answer, "boxed")
+    assert got.box == last_box(text)  # extra_logs read the last box, as before
+
+
+def test_several_boxes_without_fallbacks() -> None:
+    """A truncated response keeps the joined boxes: each one closed."""
+    assert extract_answer("\\boxed{1}, \\boxed{2}", fallbacks=False).answer == "1, 2"
+
+
+def test_final_boxes_are_bounded() -> None:
+    text = ", ".join(f"\\boxed{{{i}}}" for i in range(200))
+    assert len(extraction.final_boxes(text)) == extraction.MAX_BOXES_TRIED
+
+
+# The last-number fallback takes the whole math span around that number when the span states a relation, a
+# matrix or a tuple, and only then (`$6 \times 7 = 42$` still gives 42).
+STRUCTURED_FALLBACK = [
+    ("Solving, we need $y \\leq -3$ here.", "y \\leq -3"),
+    ("We find \\(t \\neq 4\\).", "t \\neq 4"),
+    ("The inverse is $\\begin{bmatrix} 2 & 0 \\\\ 0 & 5 \\end{bmatrix}$.", "\\begin{bmatrix} 2 & 0 \\\\ 0 & 5 \\end{bmatrix}"),
+    ("so the point is $(4, -9)$. Done", "(4, -9)"),
+    ("so $6 \\times 7 = 42$", "42"),
+]
+
+
+@pytest.mark.parametrize(("text", "answer"), STRUCTURED_FALLBACK)
+def test_last_number_takes_a_structured_span(text: str, answer: str) -> None:
+    got = extract_answer(text)
+    assert (got.answer, got.method) == (answer, "last_number")
+
+
+@pytest.mark.parametrize(
+    ("text", "answer", "method"),
+    [
+        ("$3 \\cdot 85 = \\boxed{255}$ for the interest, in all 10,255. The final answer is $10,255$.", "10,255", "phrase"),
+        ("\\boxed{12 and 13}. The final answer is \"12 and 13\".", "12 and 13", "boxed"),  # not a plain number
+        ("\\boxed{7}. The answer is 7, so the total is 9.", "7", "boxed"),  # "the answer", not "the final answer"
+    ],
+)
+def test_a_final_answer_phrase_after_a_step_box(text: str, answer: str, method: str) -> None:
+    got = extract_answer(text)
+    assert (got.answer, got.method) == (answer, method)
