@@ -77,7 +77,7 @@ def _rounded_decimal(case: Case) -> bool:
     return False
 
 
-_COMMA_DECIMAL = re.compile(r"\d+,\d+")
+_COMMA_DECIMAL = re.compile(r"(?<![\d,(\[{])\d+,\d+(?![\d,)\]}])")  # not an item of a bracketed list
 _POINT_DECIMAL = re.compile(r"\d+\.\d+")
 
 
