@@ -17,7 +17,7 @@ from rft.reward.extraction import MAX_ANSWER_CHARS, PROSE_WORD, match_brace
 from rft.reward.latex_value import identity_equal, latex_value, values_equal
 
 REL_TOL = 1e-6
-MAX_SYMBOLIC_ITEMS = 16  # items compared one by one through math-verify (each a bounded call)
+MAX_SYMBOLIC_ITEMS = 16  # math-verify calls for one comparison of sequences, item by item (each bounded)
 # A decimal of 15 or more significant digits is a float printed in full (`0.0833333333333333` for 1/12), not a
 # rounding: it equals the value it prints within float precision. A shorter decimal is exact (0.333 is not 1/3).
 MACHINE_DIGITS = 15
@@ -494,34 +494,45 @@ def answers_equal(pred: str | None, gold: str | None, *, symbolic: bool = True) 
     return symbolic_equal(p, g) is True
 
 
-def _items_symbolically(p: str, g: str) -> bool | None:
+def _items_symbolically(p: str, g: str, budget: list[int] | None = None) -> bool | None:
     """Two sequences of one shape (a matrix, a tuple, a short list) compared item by item, math-verify deciding
-    the items the fast path cannot; None when they are not such sequences."""
+    the items the fast path cannot, at most MAX_SYMBOLIC_ITEMS calls in all; None when they are not such
+    sequences."""
+    budget = [MAX_SYMBOLIC_ITEMS] if budget is None else budget
     pseq, gseq = split_sequence(p), split_sequence(g)
-    if pseq is None or gseq is None or len(pseq[1]) != len(gseq[1]) or len(gseq[1]) > MAX_SYMBOLIC_ITEMS:
+    if pseq is None or gseq is None:
         return None
     (po, pitems, pc), (go, gitems, gc) = pseq, gseq
-    if po in ("", "\\{") and go in ("", "\\{"):
+    unordered = po in ("", "\\{") and go in ("", "\\{")
+    if unordered:
+        pitems, gitems = list(dict.fromkeys(pitems)), list(dict.fromkeys(gitems))
+    if len(pitems) != len(gitems) or len(gitems) > MAX_SYMBOLIC_ITEMS:
+        return None
+    if unordered:
         remaining = list(gitems)
         for item in pitems:
-            j = next((j for j, other in enumerate(remaining) if _item_equal(item, other)), None)
+            j = next((j for j, other in enumerate(remaining) if _item_equal(item, other, budget)), None)
             if j is None:
                 return False
             del remaining[j]
         return True
     if (po, pc) != (go, gc):
         return False
-    return all(_item_equal(a, b) for a, b in zip(pitems, gitems, strict=True))
+    return all(_item_equal(a, b, budget) for a, b in zip(pitems, gitems, strict=True))
 
 
-def _item_equal(p: str, g: str) -> bool:
-    """One item of a sequence: the fast path, then items of nested sequences, then math-verify."""
+def _item_equal(p: str, g: str, budget: list[int]) -> bool:
+    """One item of a sequence: the fast path, then items of nested sequences, then math-verify while the budget
+    of calls lasts (past it an item is not shown equal)."""
     decided = compare_fast(p, g)
     if decided is not None:
         return decided
-    by_item = _items_symbolically(p, g)
+    by_item = _items_symbolically(p, g, budget)
     if by_item is not None:
         return by_item
+    if budget[0] <= 0:
+        return False
+    budget[0] -= 1
     from rft.reward.symbolic import symbolic_equal
 
     return symbolic_equal(p, g) is True

@@ -622,3 +622,14 @@ def test_structure_rules_stay_fast_on_hostile_answers(hostile: str) -> None:
     start = time.perf_counter()
     answers_equal(hostile, hostile[::-1], symbolic=False)
     assert time.perf_counter() - start < 0.5
+
+
+def test_item_by_item_symbolic_calls_are_bounded(monkeypatch) -> None:
+    """Sets of items only math-verify decides: at most MAX_SYMBOLIC_ITEMS calls, not one per pair."""
+    from rft.reward import symbolic
+
+    calls = []
+    monkeypatch.setattr(symbolic, "symbolic_equal", lambda a, b: calls.append((a, b)) or False)
+    items = [f"\\sin({k}y)" for k in range(1, 13)]
+    assert not answers_equal("\\{" + ", ".join(items) + "\\}", "\\{" + ", ".join(reversed(items)) + "x\\}")
+    assert len(calls) <= equality.MAX_SYMBOLIC_ITEMS + 1  # the items, then at most the whole answers once
