@@ -127,6 +127,9 @@ def final_answer(text: str) -> str | None:
 
 # "answer" first (a fast literal scan), then "final"/"the" checked just before it.
 _PHRASE = re.compile(r"(?:[Aa]nswer|ANSWER)[ \t]*(?:\*\*|__)?[ \t]*(?:is\b|IS\b|Is\b|:|=)[ \t]*(?:\*\*|__)?[ \t]*:?\s*")
+_ANSWER_SPAN = re.compile(
+    r"^[ \t]*(?:\*\*|__)?(?:final[ \t]+)?answer(?:\*\*|__)?[ \t]+(?=\$|\\\()", re.IGNORECASE | re.MULTILINE
+)
 _PLAIN_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 _FINAL_LEAD = re.compile(r"final\s+(?:\*\*|__)?$", re.IGNORECASE)
 _PHRASE_LEAD = re.compile(r"(?:(?:final|the|correct)\s+(?:\*\*|__)?|(?:^|\n)[ \t]*(?:#+[ \t]*)?(?:\*\*|__)?)$", re.IGNORECASE)
@@ -219,6 +222,13 @@ def _phrase_answer(text: str) -> str | None:
     return cand[:MAX_ANSWER_CHARS] if cand else None
 
 
+def _answer_span(text: str) -> str | None:
+    """The math span after a line-initial "Answer" with no colon (`Answer \\( 12 \\)`), or None."""
+    m = _last_match(_ANSWER_SPAN, text)
+    cand = _phrase_candidate(text[m.end() :]) if m is not None else None
+    return cand[:MAX_ANSWER_CHARS] if cand else None
+
+
 def correction_after_box(text: str, box: Box) -> str | None:
     """An answer phrase after a correction cue ("wait, that is wrong: the answer is 14") following the box,
     or a "final answer is" phrase stating a plain number there (the box held a step: "... = \\boxed{255} ... The
@@ -280,7 +290,7 @@ def extract_answer(text: str, *, fallbacks: bool = True) -> Extraction:
         return Extraction(join_boxes(final_boxes(text, box)), "boxed", box)
     if not fallbacks:
         return Extraction(None, "none")
-    cand = _phrase_answer(text)
+    cand = _phrase_answer(text) or _answer_span(text)
     if cand:
         return Extraction(cand, "phrase")
     m = _last_match(_GSM8K, text, _at_line_end)

@@ -294,3 +294,16 @@ def test_last_number_takes_a_structured_span(text: str, answer: str) -> None:
 def test_a_final_answer_phrase_after_a_step_box(text: str, answer: str, method: str) -> None:
     got = extract_answer(text)
     assert (got.answer, got.method) == (answer, method)
+
+
+@pytest.mark.parametrize(
+    ("text", "answer", "method"),
+    [
+        ("Answer \\( 2^{5} \\)", "2^{5}", "phrase"),
+        ("so we are done.\n**Final Answer** $\\frac{7}{3}$", "\\frac{7}{3}", "phrase"),
+        ("The answer \\(x\\) must be odd, and x = 9", "9", "last_number"),  # not at a line start: no phrase
+    ],
+)
+def test_a_line_initial_answer_before_a_math_span(text: str, answer: str, method: str) -> None:
+    got = extract_answer(text)
+    assert (got.answer, got.method) == (answer, method)
