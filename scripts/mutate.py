@@ -41,7 +41,8 @@ class Scope:
 
 
 SCOPES: dict[str, Scope] = {
-    "answer": Scope(("rft/reward/answer.py",), ("tests/reward/test_answer.py",)),
+    "answer": Scope(("rft/reward/extraction.py", "rft/reward/equality.py"),
+                     ("tests/reward/test_extraction.py", "tests/reward/test_equality.py")),
     # `python -S` (no site-packages) cannot import mutmut's trampolines
     "extraction": Scope(("rft/reward/exact_match.py",), ("tests/reward/test_exact_match.py",),
                         ("tests/reward/test_exact_match.py::test_loads_from_a_checkout_without_install",)),
@@ -57,7 +58,7 @@ SCOPES: dict[str, Scope] = {
 }
 
 # A pytest plugin written into the copy. mutmut forks every mutant's run from a process that has already run
-# the tests once, so an lru_cache there (answer._normalize) would answer from the unmutated code: emptied per test.
+# the tests once, so an lru_cache there (equality._normalize) would answer from the unmutated code: emptied per test.
 CACHE_RESET_PLUGIN = "mutmut_cache_reset"
 CACHE_RESET_SOURCE = '''"""Empty every functools cache of the loaded rft modules before each test (see scripts/mutate.py)."""
 import sys

@@ -17,7 +17,8 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rft.reward.answer import answers_equal, extract_answer
+from rft.reward.equality import answers_equal
+from rft.reward.extraction import extract_answer
 
 log = logging.getLogger(__name__)
 

@@ -84,7 +84,7 @@ def _power(base: Value, exp: Value) -> Value:
             return base**e
         if base >= 0 and exp.denominator <= 64:
             root = _root(base, exp.denominator)
-            return _power(root, Fraction(exp.numerator)) if isinstance(root, Fraction) else _fpow(root, exp)
+            return _power(root, Fraction(exp.numerator)) if isinstance(root, Fraction) else _fpow(base, exp)
     return _fpow(base, exp)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rft.reward import symbolic
-from rft.reward.answer import answers_equal
+from rft.reward.equality import answers_equal
 from rft.reward.exact_match import grade, make_reward_func
 from rft.reward.symbolic import SymbolicPool, is_safe_latex, symbolic_equal
 

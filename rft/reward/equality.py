@@ -1,11 +1,9 @@
-"""Final-answer extraction, normalization and equivalence for competition-math responses.
+"""Normalization and equivalence of final answers (the grader half; `rft.reward.extraction` finds them).
 
-Extraction order: last `\\boxed{}`/`\\fbox{}` (unless explicitly corrected in text after it),
-"the answer is"/"Final Answer:"/line-initial "Answer:" phrasing, GSM8K `#### x`, last number-like token
-outside a trailing verification section. Normalization reads mixed numbers, repeating decimals, units with
-exponents, money, and answers stated in words (one number in a sentence, sets named in words). Equivalence: normalized string match, then the safe evaluator in
-`rft.reward.latex_value` (exact for rationals, relative tolerance otherwise), element-wise for tuples,
-intervals and sets, and only when none of that can decide, math-verify in a separate process
+Normalization reads mixed numbers, repeating decimals, units with exponents, money, and answers stated in
+words (one number in a sentence, sets named in words). Equivalence: normalized string match, then the safe
+evaluator in `rft.reward.latex_value` (exact for rationals, relative tolerance otherwise), element-wise for
+tuples, intervals and sets, and only when none of that can decide, math-verify in a separate process
 (`rft.reward.symbolic`). Model text is never evaluated as code.
 """
 
@@ -14,230 +12,23 @@ from __future__ import annotations
 import functools
 import re
 import string
-from dataclasses import dataclass
 
+from rft.reward.extraction import MAX_ANSWER_CHARS, PROSE_WORD, match_brace
 from rft.reward.latex_value import identity_equal, latex_value, values_equal
 
-BOX_COMMANDS = ("\\boxed", "\\fbox")
-MAX_ANSWER_CHARS = 1000
-MAX_BOXES_TRIED = 16
 REL_TOL = 1e-6
+MAX_SYMBOLIC_ITEMS = 16  # math-verify calls for one comparison of sequences, item by item (each bounded)
+# A decimal of 15 or more significant digits is a float printed in full (`0.0833333333333333` for 1/12), not a
+# rounding: it equals the value it prints within float precision. A shorter decimal is exact (0.333 is not 1/3).
+MACHINE_DIGITS = 15
+MACHINE_REL_TOL = 1e-13
+_DECIMAL = re.compile(r"-?(\d*)\.(\d+)")
 
 
-@dataclass(frozen=True)
-class Box:
-    """One `\\boxed` occurrence: content (None if empty), start/end offsets in the text, whether it closed."""
-
-    content: str | None
-    start: int
-    closed: bool
-    end: int = -1
-
-
-@dataclass(frozen=True)
-class Extraction:
-    """An extracted answer (None if nothing found), the method that found it, and the last box seen."""
-
-    answer: str | None
-    method: str
-    box: Box | None = None
-
-
-# ---------------------------------------------------------------------------------------------------
-# Extraction
-# ---------------------------------------------------------------------------------------------------
-
-
-_BRACE_TOKENS = re.compile(r"\\.|[{}]", re.DOTALL)
-
-
-def _match_brace(text: str, open_pos: int) -> int:
-    """Index of the `}` closing the `{` at open_pos (escaped braces skipped), or -1 if unbalanced."""
-    depth = 0
-    for m in _BRACE_TOKENS.finditer(text, open_pos):
-        c = m.group(0)
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return m.start()
-    return -1
-
-
-def _parse_box_at(text: str, start: int, command: str) -> Box | None:
-    """Parse the box command at `start`; None if it is not really a box (e.g. `\\boxedfoo`)."""
-    i = start + len(command)
-    n = len(text)
-    if i < n and text[i].isalpha():
-        return None
-    while i < n and text[i] in " \t":
-        i += 1
-    if i >= n:
-        return Box(None, start, closed=False, end=n)
-    if text[i] == "{":
-        end = _match_brace(text, i)
-        if end < 0:
-            return Box(None, start, closed=False, end=n)
-        content = text[i + 1 : end].strip()
-        return Box(content[:MAX_ANSWER_CHARS] or None, start, closed=True, end=end + 1)
-    if i > start + len(command):  # `\boxed 5`: one TeX argument token up to whitespace or `$`
-        m = re.match(r"[^\s$]+", text[i : i + MAX_ANSWER_CHARS])
-        return Box(m.group(0) if m else None, start, closed=True, end=i + (m.end() if m else 0))
-    return None
-
-
-def last_box(text: str) -> Box | None:
-    """The last non-empty `\\boxed`/`\\fbox` in text (an unclosed last box is returned as such)."""
-    ends = {cmd: len(text) for cmd in BOX_COMMANDS}
-    for _ in range(MAX_BOXES_TRIED):
-        found = [(text.rfind(cmd, 0, ends[cmd]), cmd) for cmd in BOX_COMMANDS]
-        pos, cmd = max(found)
-        if pos < 0:
-            return None
-        ends[cmd] = pos
-        box = _parse_box_at(text, pos, cmd)
-        if box is None or (box.closed and box.content is None):
-            continue
-        return box
-    return None
-
-
-# "answer" first (a fast literal scan), then "final"/"the" checked just before it.
-_PHRASE = re.compile(r"(?:[Aa]nswer|ANSWER)[ \t]*(?:\*\*|__)?[ \t]*(?:is\b|IS\b|Is\b|:|=)[ \t]*(?:\*\*|__)?[ \t]*:?\s*")
-_PHRASE_LEAD = re.compile(r"(?:(?:final|the|correct)\s+(?:\*\*|__)?|(?:^|\n)[ \t]*(?:#+[ \t]*)?(?:\*\*|__)?)$", re.IGNORECASE)
-# `#### 72` (optionally `$`, lower-case unit words, a full stop) ending its line; a Markdown heading
-# such as `#### Step 2: ...` or `#### 1. Setup` is not a GSM8K answer.
-_GSM8K = re.compile(
-    r"####[ \t]*(?:\\?\$[ \t]*)?(-?\d+(?:,\d{3})*(?:\.\d+)?)%?(?:[ \t]+[a-z$]+)*[ \t]*(?:\.[ \t]*)?$", re.M
-)
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
-_LEADING_NUMBER = re.compile(
-    r"-?(?:\\?\$[ \t]?)?\d+(?:,\d{3})*(?:\.\d+)?(?:[ \t]+\d+/\d+|/\d+)?%?(?=\s|$|[.,;!?)$])"
-)
-_SENTENCE_END = re.compile(r"\.(?:\s|$)|[;\n]|\s(?:because|since|which|as|so|and|but)\s", re.IGNORECASE)
-_TAIL_CHARS = 4000
-# A verification section at a line start, and words that mark a correction rather than a check.
-_CHECK_HEADER = re.compile(
-    r"^[ \t]*(?:[#>*_-]+[ \t]*)*(?:check(?:ing)?|verif(?:y|ying|ication)|let(?:'|\u2019)?s (?:verify|check|double[- ]check)"
-    r"|let me (?:verify|check|double[- ]check)|double[- ]check(?:ing)?|sanity check)\b",
-    re.IGNORECASE | re.MULTILINE,
-)
-_CORRECTION_CUE = re.compile(
-    r"\b(?:wait|actually|oops|correction|mistake|wrong|incorrect|error|instead|should be|miscalculated|recalculat\w*)\b",
-    re.IGNORECASE,
-)
-_FILLER = re.compile(
-    r"^[ \t,]*(?:(?:indeed|still|actually|really|just|now|therefore|thus|clearly|simply)\b[ \t,]*)+", re.I
-)
-_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
-
-
-def _is_currency(rest: str) -> bool:
-    """`\\$1,250`, or a `$` that opens no math span (unclosed, or closing over prose: `$5 and $6`)."""
-    if rest.startswith("\\$"):
-        return True
-    if not rest.startswith("$") or rest.startswith("$$") or not rest[1:2].isdigit():
-        return False
-    end = rest.find("$", 1)
-    return end < 0 or _PROSE_WORD.search(rest, 1, end) is not None
-
-
-def _phrase_candidate(rest: str) -> str | None:
-    """Turn the text after an answer phrase into an answer string."""
-    rest = _FILLER.sub("", rest[:MAX_ANSWER_CHARS].lstrip(), count=1)
-    if _is_currency(rest):
-        m = _LEADING_NUMBER.match(rest)
-        if m:
-            return m.group(0)
-    for opener, closer in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
-        if rest.startswith(opener):
-            end = rest.find(closer, len(opener))
-            if end > len(opener):
-                return rest[len(opener) : end].strip() or None
-            return None
-    m = _LEADING_NUMBER.match(rest)
-    if m:
-        return m.group(0)
-    cut = _SENTENCE_END.search(rest)
-    cand = (rest[: cut.start()] if cut else rest).strip().strip("*_").strip()
-    return cand or None
-
-
-def _last_match(pattern: re.Pattern, text: str, accept=None) -> re.Match | None:
-    """Last (accepted) match of pattern, looking at the tail first so long texts stay cheap."""
-    tail_start = max(0, len(text) - _TAIL_CHARS)
-    last = None
-    for m in pattern.finditer(text, tail_start):
-        if accept is None or accept(text, m):
-            last = m
-    if last is None and tail_start:
-        for m in pattern.finditer(text, 0, tail_start + 200):
-            if accept is None or accept(text, m):
-                last = m
-    return last
-
-
-def _phrase_lead(text: str, m: re.Match) -> bool:
-    """The word before "answer" is "final" or "the"."""
-    return _PHRASE_LEAD.search(text, max(0, m.start() - 24), m.start()) is not None
-
-
-def _at_line_end(text: str, m: re.Match) -> bool:
-    """The match ends its line in the full text (a search bounded by `endpos` may stop mid-line)."""
-    return m.end() == len(text) or text[m.end()] == "\n"
-
-
-def _phrase_answer(text: str) -> str | None:
-    """The answer given by the last answer phrase ("the answer is", "Answer:", ...) in text, or None."""
-    m = _last_match(_PHRASE, text, _phrase_lead)
-    cand = _phrase_candidate(text[m.end() :]) if m is not None else None
-    return cand[:MAX_ANSWER_CHARS] if cand else None
-
-
-def correction_after_box(text: str, box: Box) -> str | None:
-    """An answer phrase after a correction cue ("wait, that is wrong: the answer is 14") following the box."""
-    tail = text[box.end : box.end + _TAIL_CHARS]
-    cue = _CORRECTION_CUE.search(tail)
-    return _phrase_answer(tail[cue.end() :]) if cue is not None else None
-
-
-def verification_start(text: str) -> int | None:
-    """Offset of a trailing verification section ("Check: ...") that corrects nothing, or None.
-
-    A number there restates or tests the answer stated before it, so the last-number fallback skips it."""
-    start = max(0, len(text) - _TAIL_CHARS)
-    for m in _CHECK_HEADER.finditer(text, start):
-        if _CORRECTION_CUE.search(text, m.end()) is None and _NUMBER.search(text, start, m.start()):
-            return m.start()
-    return None
-
-
-def extract_answer(text: str, *, fallbacks: bool = True) -> Extraction:
-    """Extract the final answer from a response (already isolated from the prompt).
-
-    With `fallbacks=False` only a `\\boxed{}` answer is taken (used for truncated responses)."""
-    box = last_box(text)
-    if box is not None:
-        if box.closed and fallbacks:
-            corrected = correction_after_box(text, box)
-            if corrected:
-                return Extraction(corrected, "phrase", box)
-        return Extraction(box.content if box.closed else None, "boxed" if box.closed else "none", box)
-    if not fallbacks:
-        return Extraction(None, "none")
-    cand = _phrase_answer(text)
-    if cand:
-        return Extraction(cand, "phrase")
-    m = _last_match(_GSM8K, text, _at_line_end)
-    if m is not None:
-        return Extraction(m.group(1), "gsm8k")
-    cut = verification_start(text)
-    m = _last_match(_NUMBER, text[:cut]) if cut is not None else None
-    m = m or _last_match(_NUMBER, text)
-    if m is not None:
-        return Extraction(m.group(0), "last_number")
-    return Extraction(None, "none")
+def _machine_decimal(s: str) -> bool:
+    """`s` is a decimal with at least MACHINE_DIGITS significant digits."""
+    m = _DECIMAL.fullmatch(s)
+    return m is not None and len((m.group(1) + m.group(2)).lstrip("0")) >= MACHINE_DIGITS
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -267,13 +58,14 @@ _UNICODE = {
     "\uff0c": ",",
     "\u2264": "\\le ",
     "\u2265": "\\ge ",
+    "\u2260": "\\ne ",
 }
 _UNICODE_RE = re.compile("|".join(map(re.escape, _UNICODE)))
 _WRAPPERS = re.compile(
     r"\\(?:text|textbf|textit|textrm|texttt|mathrm|mathbf|mathit|mathsf|mathtt|mbox|operatorname|boxed|fbox"
     r")\s*\{"
 )
-_SPACING = re.compile(r"\\[,;:! ]|\\q?quad\b|\\displaystyle|\\limits|~")
+_SPACING = re.compile(r"\\[,;:! ]|\\q?quad|\\displaystyle|\\limits|~")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])\.?")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ\b|\\degree\b|\^\s*\{\s*\}")
 _VAR_PREFIX = re.compile(r"^\\?[A-Za-z]+(?:_\{?\w+\}?)?'?\s*(?:=|\\in\b|:=)\s*(?=\S)")
@@ -289,7 +81,7 @@ def _unwrap(s: str) -> str:
     """Replace `\\text{...}`-style wrappers by their content; drop unit words after a value."""
     while (m := _WRAPPERS.search(s)) is not None:  # each pass removes a wrapper: s shrinks
         open_pos = m.end() - 1
-        close = _match_brace(s, open_pos)
+        close = match_brace(s, open_pos)
         if close < 0:
             return s[: m.start()] + s[m.end() :]
         inner = s[open_pos + 1 : close]
@@ -358,7 +150,7 @@ _NUMBER_WORDS = {
         "sixteen seventeen eighteen nineteen twenty".split()
     )
 } | {w: str(10 * i) for i, w in enumerate("thirty forty fifty sixty seventy eighty ninety".split(), start=3)}
-_PROSE_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:\s+\d+/\d+|/\d+)?")
+_PROSE_NUMBER = re.compile(r"(?<![A-Za-z\d])-?\d+(?:,\d{3})*(?:\.\d+)?(?:\s+\d+/\d+|/\d+)?(?![A-Za-z\d])")
 _QUALIFIERS = re.compile(
     r"\b(?:not|no|except|or|between|than|least|most|about|approximately|nearly|around|either)\b", re.I
 )
@@ -366,7 +158,7 @@ _QUALIFIERS = re.compile(
 
 def _prose_value(s: str) -> str:
     """A sentence stating one number (`There are 5 ways`, `five`) -> that number; other text is left alone."""
-    if not _PROSE_WORD.search(s) or re.search(r"[\\=+*^_<>]", s) or _QUALIFIERS.search(s):
+    if not PROSE_WORD.search(s) or re.search(r"[\\=+*^_<>{}]", s) or _QUALIFIERS.search(s):
         return s
     numbers = _PROSE_NUMBER.findall(s)
     words = [_NUMBER_WORDS[w.lower()] for w in re.findall(r"[A-Za-z]+", s) if w.lower() in _NUMBER_WORDS]
@@ -421,9 +213,107 @@ def _mixed_number(m: re.Match) -> str:
 
 def _strip_outer_braces(s: str) -> str:
     """`{5}` -> `5` while one brace pair encloses everything."""
-    while len(s) >= 2 and s[0] == "{" and _match_brace(s, 0) == len(s) - 1:
+    while len(s) >= 2 and s[0] == "{" and match_brace(s, 0) == len(s) - 1:
         s = s[1:-1].strip()
     return s
+
+
+# Relations in one spelling: `\geq`/`\ge`/`≥` -> `>=`, `\neq`/`\ne` -> `!=`, `\lt` -> `<`.
+_RELATIONS = {"geq": ">=", "ge": ">=", "geqslant": ">=", "leq": "<=", "le": "<=", "leqslant": "<=",
+              "neq": "!=", "ne": "!=", "lt": "<", "gt": ">"}
+_RELATION_CMD = re.compile(r"\\(" + "|".join(sorted(_RELATIONS, key=len, reverse=True)) + r")(?![A-Za-z])")
+# "and"/"or" joining the parts of one answer (`x=1 or x=-1`, `(1,2)or(2,1)`): a list separator.
+_JOIN = re.compile(r"(?<=[\d)}\]])\s*\b(?:and|or)\b\s*(?=[\w(\\{-])|(?<=[\d)}\]])\s+(?:and|or)\s+")
+# A matrix in any environment: `\begin{pmatrix}..\end{pmatrix}`, bmatrix, `[\begin{array}{cc}..\end{array}]`.
+_MATRIX = re.compile(
+    r"^[(\[]?\s*\\begin\{([pbvBV]?matrix|array)\}(?:\{[lcr| ]*\})?(.*?)\\end\{\1\}\s*[)\]]?$", re.DOTALL
+)
+# `a <= x <= b` (or with `<`): the interval it means, `[a,b]` / `(a,b)`.
+_CHAIN = re.compile(r"^([^<>=!]+)(<=?)([A-Za-z](?:_\{?\w+\}?)?)(<=?)([^<>=!]+)$")
+_CHAIN_DOWN = re.compile(r"^([^<>=!]+)(>=?)([A-Za-z](?:_\{?\w+\}?)?)(>=?)([^<>=!]+)$")
+# The name side of `names = value` (`(p,q)=`, `S_{MBCN}:S=`, `V_{1}:V_{2}=`): letters, subscripts, `(,:)`.
+_NAME_SIDE = re.compile(r"(?:\\[A-Za-z]+|[A-Za-z](?:_\{\w+\}|_\w)?'?|[(),:])+")  # one way to match each text
+_SPACED_COMMA = re.compile(r"\d,\s+\d")
+# `\\le` (a backslash escaped once more, as in a string literal) is the command `\le`.
+_ESCAPED_COMMAND = re.compile(r"\\\\(?=[A-Za-z])")
+# `\frac12`, `\frac1{x}`: one-token arguments, braced.
+_BARE_FRAC = re.compile(r"\\frac\s*(\d|\{[^{}]*\})\s*(\d|\{[^{}]*\})")
+
+
+def _braced_frac(m: re.Match) -> str:
+    num, den = (g if g.startswith("{") else "{" + g + "}" for g in m.groups())
+    return f"\\frac{num}{den}"
+
+
+def _matrix(s: str) -> str:
+    """A whole-answer matrix as nested rows, `[[a,b],[c,d]]`, whichever environment wrote it."""
+    m = _MATRIX.match(s)
+    if m is None:
+        return s
+    rows = [r.strip() for r in re.split(r"\\\\", m.group(2))]
+    while rows and not rows[-1]:
+        rows.pop()
+    if not rows:
+        return s
+    return "[" + ",".join("[" + ",".join(c.strip() for c in r.split("&")) + "]" for r in rows) + "]"
+
+
+def _chain_interval(s: str) -> str:
+    """`a<=x<b` -> `[a,b)`; `b>x>=a` -> `[a,b)`; anything else unchanged."""
+    m = _CHAIN.match(s)
+    if m is not None:
+        lo, lo_rel, _, hi_rel, hi = m.groups()
+        return ("[" if lo_rel == "<=" else "(") + f"{lo},{hi}" + ("]" if hi_rel == "<=" else ")")
+    m = _CHAIN_DOWN.match(s)
+    if m is not None:
+        hi, hi_rel, _, lo_rel, lo = m.groups()
+        return ("[" if lo_rel == ">=" else "(") + f"{lo},{hi}" + ("]" if hi_rel == ">=" else ")")
+    return s
+
+
+def _top_level(s: str, sep: str) -> list[str] | None:
+    """`s` split at `sep` outside brackets; None when its brackets do not balance."""
+    items, depth, start = [], 0, 0
+    for i, c in enumerate(s):
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+            if depth < 0:
+                return None
+        elif c == sep and depth == 0:
+            items.append(s[start:i])
+            start = i + 1
+    if depth != 0:
+        return None
+    items.append(s[start:])
+    return items
+
+
+def _drop_name(s: str) -> str:
+    """`name = value` -> `value` when the left side only names (`(p,q)=(3,2)`, `S_{ABC}:S=7:32`, `x=5`)."""
+    parts = _top_level(s, "=")
+    if parts is None or len(parts) != 2 or not parts[1] or _NAME_SIDE.fullmatch(parts[0]) is None:
+        return s
+    return parts[1]
+
+
+def _structure(s: str) -> str:
+    """Lists written with `;` groups, names or joins in one form: `p=5,q=2;p=7,q=2` -> `(5,2),(7,2)`."""
+    groups = _top_level(s, ";")
+    if groups is None:
+        return s
+    if len(groups) > 1:
+        out = []
+        for g in groups:
+            items = [_drop_name(i) for i in split_items(g) or [g]]
+            out.append(items[0] if len(items) == 1 else "(" + ",".join(items) + ")")
+        s = ",".join(out)
+    s = re.sub(r";", ",", s)  # inside brackets, `(0;-2;6)`, a `;` separates coordinates
+    items = split_items(s)
+    if items is not None and len(items) >= 2:
+        return ",".join(_drop_name(i) for i in items)
+    return _drop_name(s)
 
 
 def normalize_answer(answer: str) -> str:
@@ -436,13 +326,17 @@ def _normalize(answer: str) -> str:
     s = answer.strip()
     if _PLAIN_INT.fullmatch(s):
         return str(int(s))
+    spaced_list = _SPACED_COMMA.search(s) is not None  # `32, 349` is a list, `32,349` and `32,\\!349` numbers
     s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], s)
     s = s.replace("\\$", "").replace("$", "")
     s = s.replace("\\(", "").replace("\\)", "").replace("\\[", "").replace("\\]", "")
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = s.replace("\\dbinom", "\\binom").replace("\\tbinom", "\\binom")
-    s = _LEFT_RIGHT.sub("", s)
+    s = _matrix(_LEFT_RIGHT.sub("", s).strip())
+    s = _ESCAPED_COMMAND.sub(r"\\", s)
+    s = _BARE_FRAC.sub(_braced_frac, s)
     s = _SPACING.sub(" ", s)
+    s = _RELATION_CMD.sub(lambda m: _RELATIONS[m.group(1)], s)
     s = _unwrap(_strip_units(s))
     s = _DEGREES.sub("", s)
     s = _set_phrase(s)
@@ -454,11 +348,13 @@ def _normalize(answer: str) -> str:
     s = s.replace("\\%", "").replace("%", "")
     s = s.replace("{,}", ",")
     s = s.strip().rstrip(".").strip()
+    s = _JOIN.sub(",", s)
     s = _VAR_PREFIX.sub("", s, count=1)
     s = _CMD_SPACE.sub(r"\1 ", s)
     s = _WHITESPACE.sub(lambda m: " " if _keeps_space(s, m) else "", s)
     s = _strip_outer_braces(s).rstrip(".")
-    if _THOUSANDS.fullmatch(s):
+    s = _chain_interval(_structure(s))
+    if _THOUSANDS.fullmatch(s) and not spaced_list:
         s = s.replace(",", "")
     if s.startswith("+"):
         s = s[1:]
@@ -534,6 +430,8 @@ def compare_fast(pred: str, gold: str) -> bool | None:
     gv = latex_value(gold)
     pv = latex_value(pred)
     if gv is not None and pv is not None:
+        if _machine_decimal(pred) or _machine_decimal(gold):
+            return values_equal(float(pv), float(gv), MACHINE_REL_TOL)
         return values_equal(pv, gv, REL_TOL)
     if gv is None and pv is None:
         same = identity_equal(pred, gold)
@@ -552,9 +450,11 @@ def _compare_sequences(pseq, gseq, pred: str, gold: str) -> bool | None:
         other = pred if pseq is None else gold
         return False if latex_value(other) is not None else None
     (po, pitems, pc), (go, gitems, gc) = pseq, gseq
+    unordered = go in ("", "\\{") and po in ("", "\\{")
+    if unordered:  # a set: an item written twice is one item
+        pitems, gitems = list(dict.fromkeys(pitems)), list(dict.fromkeys(gitems))
     if len(pitems) != len(gitems):
         return False
-    unordered = go in ("", "\\{") and po in ("", "\\{")
     if not unordered:
         if (po, pc) != (go, gc):
             return False
@@ -586,6 +486,53 @@ def answers_equal(pred: str | None, gold: str | None, *, symbolic: bool = True) 
         return decided
     if not symbolic:
         return False
+    by_item = _items_symbolically(p, g)
+    if by_item is not None:
+        return by_item
+    from rft.reward.symbolic import symbolic_equal
+
+    return symbolic_equal(p, g) is True
+
+
+def _items_symbolically(p: str, g: str, budget: list[int] | None = None) -> bool | None:
+    """Two sequences of one shape (a matrix, a tuple, a short list) compared item by item, math-verify deciding
+    the items the fast path cannot, at most MAX_SYMBOLIC_ITEMS calls in all; None when they are not such
+    sequences."""
+    budget = [MAX_SYMBOLIC_ITEMS] if budget is None else budget
+    pseq, gseq = split_sequence(p), split_sequence(g)
+    if pseq is None or gseq is None:
+        return None
+    (po, pitems, pc), (go, gitems, gc) = pseq, gseq
+    unordered = po in ("", "\\{") and go in ("", "\\{")
+    if unordered:
+        pitems, gitems = list(dict.fromkeys(pitems)), list(dict.fromkeys(gitems))
+    if len(pitems) != len(gitems) or len(gitems) > MAX_SYMBOLIC_ITEMS:
+        return None
+    if unordered:
+        remaining = list(gitems)
+        for item in pitems:
+            j = next((j for j, other in enumerate(remaining) if _item_equal(item, other, budget)), None)
+            if j is None:
+                return False
+            del remaining[j]
+        return True
+    if (po, pc) != (go, gc):
+        return False
+    return all(_item_equal(a, b, budget) for a, b in zip(pitems, gitems, strict=True))
+
+
+def _item_equal(p: str, g: str, budget: list[int]) -> bool:
+    """One item of a sequence: the fast path, then items of nested sequences, then math-verify while the budget
+    of calls lasts (past it an item is not shown equal)."""
+    decided = compare_fast(p, g)
+    if decided is not None:
+        return decided
+    by_item = _items_symbolically(p, g, budget)
+    if by_item is not None:
+        return by_item
+    if budget[0] <= 0:
+        return False
+    budget[0] -= 1
     from rft.reward.symbolic import symbolic_equal
 
     return symbolic_equal(p, g) is True
