@@ -45,8 +45,8 @@ def tiny_run(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run(
         [sys.executable, "-c", RUN_BARE, ",".join(ABSENT_ON_BARE_GPU), str(ROOT / "benchmarks/gpu_check.py"),
-         "--out", str(out), "--timeout", "150"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+         "--out", str(out), "--timeout", "300"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=360,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "gpu_check.json").read_text())
