@@ -377,6 +377,12 @@ def _merged_reference(weights, named, scaling: float) -> dict[str, torch.Tensor]
     return out
 
 
+def bf16_ulp(x: torch.Tensor) -> torch.Tensor:
+    """The spacing of bf16 numbers at each |x| (8 significant bits; the smallest normal's spacing at 0)."""
+    exp = torch.frexp(x.float().abs().clamp_min(torch.finfo(torch.bfloat16).tiny)).exponent
+    return torch.ldexp(torch.ones_like(x, dtype=torch.float32), exp - 8)
+
+
 def merge_tp2(shape: CheckShape, layers: int, device: torch.device, tp: int = 2) -> dict:
     """Two successive syncs then B = 0 through one LoraMergeApplier per TP rank; rank 0 keeps W0 on the device,
     rank 1 on the host (snapshot_device="cpu"); payloads arrive on the host, as after the object store."""
@@ -393,17 +399,19 @@ def merge_tp2(shape: CheckShape, layers: int, device: torch.device, tp: int = 2)
         payload, named = _payload(shape, weights, g, zero_b, version)
         reports, s = timed(lambda p=payload: [a.apply(p) for a in appliers], device)
         expect = _tp_shards(shape, layers, tp, _merged_reference(weights, named, scaling))
-        err, mismatched, total, max_delta = 0.0, 0, 0, 0.0
+        err, ulps, mismatched, total = 0.0, 0.0, 0, 0
         for got, ref in zip(shards, expect, strict=True):
             ref_params = dict(ref.named_parameters())
             for pname, p in got.named_parameters():
                 if ".self_attn." not in pname:
                     continue
-                d = (p.detach().cpu().float() - ref_params[pname].float()).abs()
+                r = ref_params[pname].float()
+                d = (p.detach().cpu().float() - r).abs()
                 err, mismatched, total = max(err, float(d.max())), mismatched + int((d > 0).sum()), total + d.numel()
+                ulps = max(ulps, float((d / bf16_ulp(r)).max()))
         max_delta = max(r["max_abs_delta"] for r in reports)
         res["syncs"].append({"version": version, "b_zero": zero_b, "seconds": s, "max_abs_err": err,
-                             "mismatched": mismatched, "elements": total, "max_abs_delta": max_delta,
+                             "max_ulps": ulps, "mismatched": mismatched, "elements": total, "max_abs_delta": max_delta,
                              "modules": sum(r["modules"] for r in reports)})
     res["shard_shapes"] = {n: list(p.shape) for n, p in shards[0].named_parameters() if ".layers.0.self_attn." in n}
     return res

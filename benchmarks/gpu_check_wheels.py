@@ -18,14 +18,14 @@ CARRY_LIMIT_MIB = 64  # what one call to a bare machine carries
 PYTHON_VERSION, ABI = "3.12", "cp312"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 
-# The check's import path beyond what the bare machine has (torch, numpy, accelerate, safetensors' and tqdm's
-# like): the project's pins (pyproject.toml [dev]), and the requests stack huggingface_hub < 1.0 imports at start.
+# The check's import path beyond what the bare machine has (torch, numpy, pyyaml, regex, tqdm and the like): the project's pins (pyproject.toml [dev]), and the requests stack huggingface_hub < 1.0 imports at start.
 WHEELS = (
     "transformers==4.57.6",
     "huggingface_hub==0.36.2",  # transformers 4.57 refuses hub >= 1.0
     "tokenizers==0.22.2",  # transformers 4.57.6: >=0.22.0,<=0.23.0
     "peft==0.17.1",
     "safetensors==0.8.0",
+    "accelerate==1.15.0",  # the version peft 0.17.1 was tested with here (the machine's own may be newer)
     "requests==2.34.2",
     "urllib3==2.8.0",
     "idna==3.20",
