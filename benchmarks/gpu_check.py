@@ -62,9 +62,12 @@ def _oom_types() -> tuple[type[BaseException], ...]:
 def phase_mxfp4(shape: ph.CheckShape, device: torch.device, args, budget: Budget, out: dict) -> dict:
     experts = args.mxfp4_experts or (shape.experts if args.tiny else 8)
     rows = ph.mxfp4_dequant(shape, device, experts)
+    out["rows"] = rows
+    load = ph.mxfp4_load_path()
     ok = all(r["rft_mismatches"] == 0 and r["exact_in_bf16"] for r in rows)
-    return {"rows": rows, "experts_per_layer_measured": experts, "rft_exact": ok,
-            "transformers_exact": all(r["transformers_mismatches"] == 0 for r in rows)}
+    return {"rows": rows, "experts_per_layer_measured": experts, "rft_exact": ok, "load": load,
+            "transformers_exact": all(r["transformers_mismatches"] == 0 for r in rows),
+            "load_exact": not load["mismatched"] and not load["missing"]}
 
 
 def phase_actor(shape: ph.CheckShape, device: torch.device, args, budget: Budget, out: dict) -> dict:
@@ -177,6 +180,9 @@ def run_check(args: argparse.Namespace) -> dict:
               "shape": ph.shape_dict(shape), "timeout_s": args.timeout, "phases": {}}
     if tiny and not args.tiny_requested:
         report["note"] = "no CUDA device: the tiny configuration ran"
+    if device.type == "cuda":  # context and cuBLAS start-up, kept out of the first phase's timings
+        a = torch.ones(256, 256, device=device, dtype=torch.bfloat16)
+        _, report["cuda_init_s"] = ph.timed(lambda: a @ a, device)
     t0 = time.monotonic()
     for name in args.phases:
         report["phases"][name] = run_phase(name, budgets[name], deadline, shape, device, args)
@@ -221,18 +227,25 @@ def markdown(report: dict) -> str:
             continue
         p = ph_[name]
         out += [f"## {name}: {p['status']} ({p['seconds']:.1f} s of {p['budget_s']:.0f})", ""]
-        if p["status"] != "ok":
+        if p["status"] != "ok":  # the reason, and the rows measured before it stopped as they are
             out += [p.get("reason", ""), ""]
-            if not p.get("rows"):
-                continue
+            if p.get("rows"):
+                keys = list(dict.fromkeys(k for r in p["rows"] for k in r))
+                out += _table(keys, [[r.get(k) for k in keys] for r in p["rows"]]) + [""]
+            continue
         if name == "mxfp4":
             out += _table(["tensor", "transformers on", "mismatches", "max err", "s", "rft mismatches",
                            "rft max err", "rft CPU s", "equal"],
                           [[r["tensor"], r["transformers_device"], r["transformers_mismatches"],
                             r["transformers_max_abs_err"], r["transformers_s"], r["rft_mismatches"],
                             r["rft_max_abs_err"], r["rft_cpu_s"], r["transformers_vs_rft_equal"]] for r in p["rows"]])
+            ld = p["load"]
             out += ["", f"rft exact: {_f(p['rft_exact'])}; transformers exact: {_f(p['transformers_exact'])} "
-                    f"({p['experts_per_layer_measured']} experts of one layer)"]
+                    f"({p['experts_per_layer_measured']} experts of one layer)", "",
+                    f"rank 0's load (`load_dequantized`, device_map cpu) of a tiny MXFP4 checkpoint: "
+                    f"{ld['tensors'] - len(ld['mismatched']) - len(ld['missing'])} of {ld['tensors']} tensors exact, "
+                    f"dequantized on {', '.join(ld['dequantized_on']) or 'n/a'} ({ld['ldexp_calls']} ldexp calls), "
+                    f"{ld['seconds']:.1f} s; exact: {_f(p['load_exact'])}"]
         elif name == "actor":
             out += _table(["layers", "step s", "tokens/s", "warm-up s", "Adam step s", "static GiB", "peak GiB",
                            "activations GiB", "LoRA params"],

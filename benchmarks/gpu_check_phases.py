@@ -187,6 +187,28 @@ def mxfp4_dequant(shape: CheckShape, device: torch.device, experts: int, seed: i
     return out
 
 
+def mxfp4_load_path(layers: int = 2) -> dict:
+    """rank 0's load as `rft.mxfp4.load_dequantized` runs it (from_pretrained, Mxfp4Config(dequantize=True),
+    device_map="cpu") on a tiny MXFP4 checkpoint; transformers dequantizes on the GPU when one is visible."""
+    import tempfile
+    from pathlib import Path
+
+    from rft.mxfp4 import load_dequantized
+    from tests.support.mxfp4_fixtures import build_mxfp4_checkpoint
+
+    with tempfile.TemporaryDirectory() as tmp:
+        expected = build_mxfp4_checkpoint(Path(tmp) / "ckpt", layers=layers, tokenizer=False)
+        with CountCalls(torch.ldexp) as counter:  # transformers' convert_moe_packed_tensors scales with ldexp
+            model, s = timed(lambda: load_dequantized(str(Path(tmp) / "ckpt"), ds_config=None, device_map="cpu"),
+                             torch.device("cpu"))
+    got = dict(model.named_parameters())
+    experts = [n for n in expected if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+    wrong = [n for n in expected if n in got and not torch.equal(got[n].detach().cpu(), expected[n])]
+    return {"tensors": len(expected), "expert_tensors": len(experts), "missing": sorted(set(expected) - set(got)),
+            "mismatched": wrong, "seconds": s, "ldexp_calls": counter.calls,
+            "dequantized_on": sorted(counter.devices)}
+
+
 # ---------------------------------------------------------------- (2) the LoRA actor's micro-step
 
 
@@ -289,16 +311,18 @@ RECIPES = {
 # ---------------------------------------------------------------- (3) eval-mode MoE
 
 
-class _CountBmm(torch.overrides.TorchFunctionMode):
-    """Counts torch.bmm calls: the eval-mode dense expert path is the only bmm in gpt-oss's forward."""
+class CountCalls(torch.overrides.TorchFunctionMode):
+    """Counts calls of one torch function and the device types of their first argument."""
 
-    def __init__(self):
+    def __init__(self, target):
         super().__init__()
-        self.bmm = 0
+        self.target, self.calls, self.devices = target, 0, set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func is torch.bmm:
-            self.bmm += 1
+        if func is self.target:
+            self.calls += 1
+            if args and isinstance(args[0], torch.Tensor):
+                self.devices.add(args[0].device.type)
         return func(*args, **(kwargs or {}))
 
 
@@ -317,9 +341,9 @@ def moe_eval_gap(shape: CheckShape, layers: int, experts: int, device: torch.dev
     for mode in ("train", "eval"):
         model.train(mode == "train")
         token_logprobs(model, ids)  # warm-up
-        with PeakMemory(device) as mem, _CountBmm() as counter:
+        with PeakMemory(device) as mem, CountCalls(torch.bmm) as counter:  # the dense path's only bmm
             lp, s = timed(lambda: token_logprobs(model, ids), device)
-        res[f"{mode}_s"], res[f"{mode}_peak_gib"], res[f"{mode}_bmm_calls"] = s, mem.peak_gib, counter.bmm
+        res[f"{mode}_s"], res[f"{mode}_peak_gib"], res[f"{mode}_bmm_calls"] = s, mem.peak_gib, counter.calls
         res[f"{mode}_logprobs"] = lp.cpu()
     gap = (res.pop("train_logprobs") - res.pop("eval_logprobs")).abs()
     res.update(max_abs_gap=float(gap.max()), mean_abs_gap=float(gap.mean()),

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,10 @@ def test_tiny_run_without_cuda_or_the_trainer_stack(tiny_run):
 def test_mxfp4_rows(tiny_run):
     mx = tiny_run[0]["phases"]["mxfp4"]
     s = ph.tiny_shape()
-    assert mx["rft_exact"] and mx["transformers_exact"]
+    assert mx["rft_exact"] and mx["transformers_exact"] and mx["load_exact"]
+    load = mx["load"]
+    assert load["expert_tensors"] == 4 and load["tensors"] > load["expert_tensors"]  # 2 layers: gate_up, down
+    assert load["dequantized_on"] == ["cpu"] and load["ldexp_calls"] >= load["expert_tensors"]
     assert [r["elements"] for r in mx["rows"]] == [s.experts * 2 * s.intermediate * s.hidden,
                                                    s.experts * s.hidden * s.intermediate]
     for r in mx["rows"]:
@@ -160,8 +164,26 @@ def test_bf16_ulp():
     assert float(torch.nextafter(one, torch.tensor([2.0]).bfloat16()) - one) == float(ph.bf16_ulp(one))
 
 
+def test_a_phase_past_its_budget_keeps_its_rows_and_says_so(monkeypatch):
+    def slow(shape, device, args, budget, out):
+        out.setdefault("rows", []).append({"layers": 1})
+        time.sleep(30)
+        out["rows"].append({"layers": 2})
+        return out
+
+    monkeypatch.setitem(gpu_check.RUNNERS, "merge", slow)
+    t0 = time.monotonic()
+    res = gpu_check.run_phase("merge", 1.0, time.monotonic() + 100, None, None, None)
+    assert time.monotonic() - t0 < 10
+    assert res["status"] == "timeout" and res["rows"] == [{"layers": 1}] and "1 s budget" in res["reason"]
+    report = {"configuration": "tiny", "environment": {"device": "cpu"}, "seconds": 1.0, "timeout_s": 5,
+              "shape": ph.shape_dict(ph.tiny_shape()), "phases": {"merge": res}}
+    md = gpu_check.markdown(report)
+    assert "## merge: timeout" in md and "| layers |" in md and "| 1 |" in md
+    assert gpu_check.run_phase("merge", 10, 0.0, None, None, None)["status"] == "skipped"  # --timeout spent
+
+
 def test_budget_and_flags():
-    assert gpu_check.run_phase("merge", 10, 0.0, None, None, None)["status"] == "skipped"
     assert sum(gpu_check.GPU_BUDGETS.values()) <= 330  # 6 minutes with room for start-up and the report
     with pytest.raises(SystemExit):
         gpu_check.build_parser().parse_args(["--out", "x", "--depths", "2"])
