@@ -414,6 +414,7 @@ def merge_tp2(shape: CheckShape, layers: int, device: torch.device, tp: int = 2)
 
     g = torch.Generator().manual_seed(7)
     weights = _attention_weights(shape, layers, g)
+    base = [dict(s.named_parameters()) for s in _tp_shards(shape, layers, tp, weights)]  # W0 per shard, host
     shards = [s.to(device) for s in _tp_shards(shape, layers, tp, weights)]
     appliers = [LoraMergeApplier(s, tp_size=tp, snapshot_device="cpu" if r else None) for r, s in enumerate(shards)]
     scaling = shape.lora_alpha / shape.lora_rank
@@ -424,7 +425,7 @@ def merge_tp2(shape: CheckShape, layers: int, device: torch.device, tp: int = 2)
         reports, s = timed(lambda p=payload: [a.apply(p) for a in appliers], device)
         expect = _tp_shards(shape, layers, tp, _merged_reference(weights, named, scaling))
         err, ulps, mismatched, total = 0.0, 0.0, 0, 0
-        for got, ref in zip(shards, expect, strict=True):
+        for got, ref, w0 in zip(shards, expect, base, strict=True):
             ref_params = dict(ref.named_parameters())
             for pname, p in got.named_parameters():
                 if ".self_attn." not in pname:
@@ -432,7 +433,8 @@ def merge_tp2(shape: CheckShape, layers: int, device: torch.device, tp: int = 2)
                 r = ref_params[pname].float()
                 d = (p.detach().cpu().float() - r).abs()
                 err, mismatched, total = max(err, float(d.max())), mismatched + int((d > 0).sum()), total + d.numel()
-                ulps = max(ulps, float((d / bf16_ulp(r)).max()))
+                # in steps of the larger of |W0| and |W|: where W0 + ΔW cancels, fp32's own error is such a step's
+                ulps = max(ulps, float((d / bf16_ulp(torch.maximum(r.abs(), w0[pname].float().abs()))).max()))
         max_delta = max(r["max_abs_delta"] for r in reports)
         res["syncs"].append({"version": version, "b_zero": zero_b, "seconds": s, "max_abs_err": err,
                              "max_ulps": ulps, "mismatched": mismatched, "elements": total, "max_abs_delta": max_delta,
