@@ -20,7 +20,7 @@ VLLM_BIN := $(VLLM_VENV)/bin
 TRAIN_VENV ?= .venv-train
 TRAIN_SCRIPT ?= train_grpo_20b_a28a.sh
 
-.PHONY: test test-main test-vllm venv venv-vllm lint bench clean train mutate
+.PHONY: test test-main test-vllm venv venv-vllm lint bench clean train mutate gpu-check gpu-check-wheels gpu-check-install
 
 test: lint test-main test-vllm
 
@@ -73,6 +73,22 @@ mutate: venv
 
 bench: venv
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+# make gpu-check: the trainer side at real gpt-oss shapes on one GPU in <= 6 min (docs/gpu-check.md); without CUDA
+# the tiny configuration. Report: $(GPU_CHECK_DIR)/out/gpu_check.{json,md}. Runs in .venv where it exists, else
+# python3 with $(GPU_CHECK_DIR)/site first on the path (make gpu-check-wheels here, gpu-check-install there).
+GPU_CHECK_DIR ?= .gpu-check
+GPU_CHECK_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+GPU_CHECK_SITE := $(if $(wildcard $(GPU_CHECK_DIR)/site),$(abspath $(GPU_CHECK_DIR)/site):)
+
+gpu-check:
+	PYTHONPATH="$(GPU_CHECK_SITE)$(CURDIR)" $(GPU_CHECK_PYTHON) benchmarks/gpu_check.py --out $(GPU_CHECK_DIR)/out $(GPU_CHECK_ARGS)
+
+gpu-check-wheels:
+	$(GPU_CHECK_PYTHON) benchmarks/gpu_check_wheels.py download $(GPU_CHECK_DIR)/wheels
+
+gpu-check-install:
+	$(GPU_CHECK_PYTHON) benchmarks/gpu_check_wheels.py install $(GPU_CHECK_DIR)/wheels $(GPU_CHECK_DIR)/site
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV)
