@@ -100,7 +100,7 @@ def phase_actor(shape: ph.CheckShape, device: torch.device, args, budget: Budget
 def phase_moe_eval(shape: ph.CheckShape, device: torch.device, args, budget: Budget, out: dict) -> dict:
     rows, notes = out.setdefault("rows", []), out.setdefault("notes", [])
     for experts in (shape.experts, shape.experts_120b):
-        if rows and not budget.fits(3 * (rows[-1]["train_s"] + rows[-1]["eval_s"]) * experts / rows[-1]["experts"]):
+        if rows and not budget.fits(3 * (rows[-1]["train_s"] + rows[-1]["eval_s"] + rows[-1]["routed_s"]) * experts / rows[-1]["experts"]):
             notes.append(f"{experts} experts skipped: would not fit the {budget.seconds:.0f} s budget")
             break
         try:
@@ -259,11 +259,15 @@ def markdown(report: dict) -> str:
                           [[m, e["layers"], e["step_s"], e["activation_gib"], e["plan"]["activations_gib"],
                             e["plan"]["per_gpu_total_gib"]] for m, e in p["extrapolated"].items()])
         elif name == "moe_eval":
-            out += _table(["experts", "layers", "train s", "eval s", "train peak GiB", "eval peak GiB",
-                           "eval dense path", "max abs Δ log p", "mean abs Δ log p"],
-                          [[r["experts"], r["layers"], r["train_s"], r["eval_s"], r["train_peak_gib"],
-                            r["eval_peak_gib"], r["eval_dense_path"], r["max_abs_gap"], r["mean_abs_gap"]]
+            out += _table(["experts", "layers", "train s", "eval s", "rft eval s", "train peak GiB", "eval peak GiB",
+                           "rft eval peak GiB", "eval dense path", "max abs Δ log p", "mean abs Δ log p",
+                           "rft eval dense path", "rft eval max abs Δ log p"],
+                          [[r["experts"], r["layers"], r["train_s"], r["eval_s"], r["routed_s"], r["train_peak_gib"],
+                            r["eval_peak_gib"], r["routed_peak_gib"], r["eval_dense_path"], r["max_abs_gap"],
+                            r["mean_abs_gap"], r["routed_dense_path"], r["routed_max_abs_gap"]]
                            for r in p["rows"]])
+            out += ["", "eval: transformers' eval mode; rft eval: eval mode with rft.moe's routed loop, which rft's "
+                    "actor and reference run (Δ log p against the train-mode forward)."]
         elif name == "merge":
             out += _table(["sync", "B = 0", "modules", "s", "max abs ΔW", "max err", "max err (bf16 steps of max(W0, W))",
                            "mismatched", "elements"],

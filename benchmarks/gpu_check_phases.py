@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from rft.launch.memory_plan import SHAPES, Shape
+from rft.moe import route_experts_in_eval
 
 GIB = 1024**3
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -334,20 +335,27 @@ def token_logprobs(model, ids: torch.Tensor) -> torch.Tensor:
 
 
 def moe_eval_gap(shape: CheckShape, layers: int, experts: int, device: torch.device) -> dict:
-    """Train-mode (per-expert loop) vs eval-mode forward of the same tokens: seconds, peak memory, log-prob gap."""
+    """Train-mode (per-expert loop) vs eval-mode forward of the same tokens, transformers' own and with rft.moe's
+    routed loop: seconds, peak memory, the path taken, log-prob gaps to the train-mode forward."""
     model = build_model(shape, layers, device, experts)
     ids = torch.randint(0, shape.vocab, (1, shape.tokens), generator=torch.Generator().manual_seed(1)).to(device)
     res = {"layers": layers, "experts": experts, "tokens": shape.tokens}
-    for mode in ("train", "eval"):
+    for mode in ("train", "eval", "routed"):  # routed: eval mode with rft.moe's routed loop (what rft's actor runs)
+        if mode == "routed":
+            route_experts_in_eval(model)
         model.train(mode == "train")
         token_logprobs(model, ids)  # warm-up
         with PeakMemory(device) as mem, CountCalls(torch.bmm) as counter:  # the dense path's only bmm
             lp, s = timed(lambda: token_logprobs(model, ids), device)
         res[f"{mode}_s"], res[f"{mode}_peak_gib"], res[f"{mode}_bmm_calls"] = s, mem.peak_gib, counter.calls
         res[f"{mode}_logprobs"] = lp.cpu()
-    gap = (res.pop("train_logprobs") - res.pop("eval_logprobs")).abs()
+    train_lp = res.pop("train_logprobs")
+    gap = (train_lp - res.pop("eval_logprobs")).abs()
+    routed_gap = (train_lp - res.pop("routed_logprobs")).abs()
     res.update(max_abs_gap=float(gap.max()), mean_abs_gap=float(gap.mean()),
-               eval_dense_path=res["eval_bmm_calls"] > 0, train_dense_path=res["train_bmm_calls"] > 0)
+               routed_max_abs_gap=float(routed_gap.max()),
+               eval_dense_path=res["eval_bmm_calls"] > 0, train_dense_path=res["train_bmm_calls"] > 0,
+               routed_dense_path=res["routed_bmm_calls"] > 0)
     return res
 
 

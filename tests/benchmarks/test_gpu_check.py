@@ -102,8 +102,8 @@ def test_moe_eval_rows_on_cpu(tiny_run):
     s = ph.tiny_shape()
     assert [r["experts"] for r in moe["rows"]] == [s.experts, s.experts_120b]
     for r in moe["rows"]:  # transformers takes the per-expert loop on CPU in both modes: the same numbers
-        assert not r["eval_dense_path"] and not r["train_dense_path"]
-        assert r["max_abs_gap"] == 0.0 and r["tokens"] == s.tokens
+        assert not r["eval_dense_path"] and not r["train_dense_path"] and not r["routed_dense_path"]
+        assert r["max_abs_gap"] == 0.0 and r["routed_max_abs_gap"] == 0.0 and r["tokens"] == s.tokens
     assert any("per-expert loop" in n for n in moe["notes"])
 
 
