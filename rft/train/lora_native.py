@@ -56,9 +56,9 @@ GPT_OSS_CUDAGRAPH_MODE = "PIECEWISE"
 def native_engine_kwargs(lora_rank: int, model: str) -> dict[str, Any]:
     """vLLM engine arguments that make an engine serve base + one LoRA adapter of rank `lora_rank`.
 
-    gpt-oss also gets piecewise CUDA graphs: with `enable_lora` vLLM picks another MXFP4 MoE backend
-    (quantization/mxfp4.py `get_mxfp4_backend_with_lora`) whose LoRA path has to run outside a full graph; the
-    attention stays eager between the captured pieces, as in vLLM's gpt-oss LoRA examples.
+    gpt-oss also gets piecewise CUDA graphs (attention eager between captured pieces) instead of vLLM's full
+    decode graphs: with `enable_lora` vLLM runs the MXFP4 MoE on its LoRA-capable backends, a combination not run
+    on a GPU here; docs/lora-sync.md says why and what it costs.
     """
     from rft.launch.rules import is_gpt_oss
 
