@@ -17,6 +17,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rft.launch.caches import cache_env
+
 MIN_PYTHON = (3, 11)  # pyproject's requires-python
 MIN_DRIVER = (525, 60, 13)  # CUDA 12.x minor-version compatibility floor (NVIDIA's CUDA compatibility guide)
 GOOD_DRIVER = (570, 26)  # CUDA 12.8's own driver (torch 2.9.1's PyPI wheel is cu128): below it, PTX JIT is off
@@ -92,7 +94,7 @@ def _version(text: str | None, pattern: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.groups() if x is not None) if m else None
 
 
-def _free_gib(path: Path) -> float | None:
+def free_gib(path: Path) -> float | None:
     """Free GiB on the filesystem that holds `path` (its nearest existing parent)."""
     for p in [path, *path.parents]:
         if p.exists():
@@ -108,10 +110,8 @@ def mem_available_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
 
 
 def cache_dir(env: dict[str, str]) -> Path:
-    """Where the Hugging Face cache lives: $HF_HOME, else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface."""
-    if env.get("HF_HOME"):
-        return Path(env["HF_HOME"])
-    return Path(env.get("XDG_CACHE_HOME") or Path(env.get("HOME", "~")).expanduser() / ".cache") / "huggingface"
+    """Where the launch keeps the Hugging Face cache: $HF_HOME, else $DATA_ROOT/cache/hf (rft/launch/caches.py)."""
+    return Path(cache_env(env)["HF_HOME"])
 
 
 def find_nvcc(env: dict[str, str]) -> str | None:
@@ -136,12 +136,12 @@ def read_host(env: dict[str, str], python: str, venv: Path) -> Host:
         gpus=gpus,
         driver=_version(driver_text, r"(\d+)\.(\d+)\.?(\d+)?"),
         nvcc_release=_version(_run([nvcc, "--version"], env), r"release (\d+)\.(\d+)") if nvcc else None,
-        shm_gib=_free_gib(shm) if shm.exists() else None,
+        shm_gib=free_gib(shm) if shm.exists() else None,
         nofile=resource.getrlimit(resource.RLIMIT_NOFILE),
         mem_available_gib=mem_available_gib(),
         cache_dir=cache_dir(env),
-        cache_free_gib=_free_gib(cache_dir(env)),
-        venv_free_gib=_free_gib(venv),
+        cache_free_gib=free_gib(cache_dir(env)),
+        venv_free_gib=free_gib(venv),
     )
 
 
@@ -202,7 +202,7 @@ def problems(host: Host, profile: str = "20b", building: bool = True,
         bad.append(ram)
     if host.cache_free_gib is not None and host.cache_free_gib < cache_gib:
         bad.append(f"disk: {host.cache_free_gib:.0f} GiB free at {host.cache_dir} for a {cache_gib:.0f} GiB "
-                   f"checkpoint: export HF_HOME=/mnt/data/hf (a disk with room)")
+                   f"checkpoint: set DATA_ROOT (or HF_HOME) to a disk with room")
     if building and host.venv_free_gib is not None and host.venv_free_gib < VENV_GIB:
         bad.append(f"disk: {host.venv_free_gib:.0f} GiB free for the venv, it needs ~{VENV_GIB:.0f} GiB: "
                    "make train TRAIN_VENV=/mnt/data/rft-venv")

@@ -88,7 +88,8 @@ def test_read_host_without_tools_or_gpus(tmp_path):
     env = fake_bin(tmp_path)
     host = read_host({**env, "CUDA_HOME": str(tmp_path / "nowhere")}, str(tmp_path / "missing-python"), tmp_path)
     assert (host.gpus, host.driver, host.nvcc_release, host.python_version) == (0, None, None, None)
-    assert prereqs.cache_dir({"HOME": "/home/u"}) == Path("/home/u/.cache/huggingface")
+    assert prereqs.cache_dir({"HOME": "/home/u"}) == Path("/mnt/data/cache/hf")  # the data disk, not ~/.cache
+    assert prereqs.cache_dir({"DATA_ROOT": "/d"}) == Path("/d/cache/hf")
 
 
 def test_the_standin_wheel_satisfies_openrlhfs_pin_and_refuses_calls(tmp_path):
