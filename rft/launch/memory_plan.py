@@ -120,24 +120,26 @@ def _flags(argv: list[str]) -> argparse.Namespace | None:
 
 
 # Peak live tensors of a training micro-batch, counted per op on CPU through the real code
-# (tests/launch/test_memory_plan.py measures them with tests/support/peak_memory.py; the same ATen ops allocate
-# the same tensors on a GPU).
+# (tests/launch/test_memory_plan.py, with tests/support/peak_memory.py) and measured once with
+# torch.cuda.max_memory_allocated on an H200 at the 20b recipe's 5120 tokens (docs/launching.md).
 ATTN_PEAK = 4  # bf16 mb x heads x T x (T+1) tensors in one layer's eager-attention backward (transformers 4.57.6
 # modeling_gpt_oss.py eager_attention_forward): the softmax output kept for the backward, the grad of its
-# [..., :-1] slice padded back to T+1, softmax's input grad, and the grad of the (not detached) row max
+# [..., :-1] slice padded back to T+1, softmax's input grad, and the grad of the (not detached) row max.
+# H200: 4.04 at T=5120.
 LOGITS_PEAK = 4  # fp32 mb x T x vocab tensors in the log-prob backward (OpenRLHF models/actor.py `.to(float32)`,
 # models/utils.py log_probs_from_logits without flash-attn's kernel: gather + chunked logsumexp): the logits,
-# the logsumexp grad, the gather's scattered grad and their sum
+# the logsumexp grad, the gather's scattered grad and their sum. H200: 3.71.
 OUTPUT_KEPT = 1  # fp32 mb x T x vocab: ppo_actor.py holds `output` (its fp32 logits) through strategy.backward
-ENTROPY_KEPT = 1  # fp32 mb x T x vocab: with --entropy_loss_coef set (0 included) ppo_actor.py passes
-# return_entropy=True; compute_entropy's softmax output is saved by a graph never backpropagated, alive as long
+ENTROPY_KEPT = 0  # --entropy_loss_coef 0 still passes return_entropy=True (ppo_actor.py), but compute_entropy is
+# @torch.compile'd (models/utils.py): its graph saves the logits (kept anyway) and three per-row values, not the
+# softmax (eager would keep that: +1). H200: the same peak with and without it.
 
 
 def activation_lines(shape: Shape, a: argparse.Namespace) -> list[Line]:
     """Per actor GPU: checkpointed layer inputs, and the larger of the logits' and one layer's attention backward."""
     t = a.prompt_max_len + a.generate_max_len
     mb = a.micro_train_batch_size
-    entropy = a.entropy_loss_coef is not None
+    entropy = a.entropy_loss_coef is not None  # OpenRLHF's return_entropy
     ckpt = shape.layers * mb * t * shape.hidden * 2
     txt = mb * shape.heads * t * (t + 1) * 2
     txv = mb * t * shape.vocab * 4
@@ -145,7 +147,8 @@ def activation_lines(shape: Shape, a: argparse.Namespace) -> list[Line]:
     kept = OUTPUT_KEPT + extra  # what outlives the logits' backward into every layer's
     logits_units = LOGITS_PEAK + extra
     logits, attn = logits_units * txv, ATTN_PEAK * txt + kept * txv
-    why = ("--entropy_loss_coef set: entropy graph kept" if entropy else "no --entropy_loss_coef: no entropy graph")
+    why = ("--entropy_loss_coef set: compiled entropy graph, no softmax kept" if entropy
+           else "no --entropy_loss_coef: no entropy graph")
     return [
         Line(
             f"checkpointed layer inputs: {shape.layers} layers x {mb} x {t} tokens x {shape.hidden} x 2 B",
