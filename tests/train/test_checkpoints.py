@@ -69,6 +69,15 @@ def gathered_bytes(monkeypatch) -> list[int]:
     return record
 
 
+def peft_loads(config, adapter_dir) -> dict[str, torch.Tensor]:
+    """The LoRA tensors PEFT's own loader reads from `adapter_dir` into a fresh base of `config`, by saved name."""
+    from peft import PeftModel
+    from transformers import Qwen2ForCausalLM
+
+    model = PeftModel.from_pretrained(Qwen2ForCausalLM(config), str(adapter_dir))
+    return {n.replace(".default", ""): p.detach() for n, p in model.named_parameters() if "lora_" in n}
+
+
 @pytest.mark.slow
 def test_lora_save_gathers_only_the_adapter(dist_world, cpu_barrier_in_openrlhf, gathered_bytes, tmp_path):
     from tests.support.tiny_model import build_tokenizer
@@ -90,6 +99,9 @@ def test_lora_save_gathers_only_the_adapter(dist_world, cpu_barrier_in_openrlhf,
             state = torch.load(tmp_path / "r4" / "adapter_model.bin", weights_only=True)
             assert sum(v.numel() * v.element_size() for v in state.values()) == sizes["trainable"]
             assert any(v.abs().sum() > 0 for k, v in state.items() if "lora_B" in k)  # the trained values
+            loaded = peft_loads(engine.module.config, tmp_path / "r4")
+            assert {k: v for k, v in loaded.items() if k in state}.keys() == state.keys()
+            assert all(torch.equal(loaded[k], v) for k, v in state.items())
     assert saved[4].keys() == saved[0].keys() and "adapter_model.bin" in saved[4]
     for name in saved[0]:
         assert saved[4][name] == saved[0][name], name  # byte for byte what 0.9.3 writes
