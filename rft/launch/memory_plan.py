@@ -2,8 +2,9 @@
 
 "exact" lines are arithmetic on the model's parameter counts (bytes per parameter x parameters / GPUs); estimate
 lines model what depends on runtime behaviour (ZeRO-3's gather working set, activations under gradient
-checkpointing with eager attention, the CUDA context and allocator slack, vLLM's KV cache). Nothing here was
-measured on a GPU; "size" is the published checkpoint's size.
+checkpointing with eager attention, the CUDA context and allocator slack, vLLM's KV cache); the activation
+coefficients are counted per op through the real code on CPU. Nothing here was measured on a GPU; "size" is the
+published checkpoint's size.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def _flags(argv: list[str]) -> argparse.Namespace | None:
     p.add_argument("--prompt_max_len", type=int, default=1024)
     p.add_argument("--generate_max_len", type=int, default=1024)
     p.add_argument("--micro_train_batch_size", type=int, default=4)
+    p.add_argument("--entropy_loss_coef", type=float, default=None)
     for flag in (
         "--offload",
         "--adam_offload",
@@ -115,6 +117,52 @@ def _flags(argv: list[str]) -> argparse.Namespace | None:
         return p.parse_known_args(argv)[0]
     except ValueError:
         return None
+
+
+# Peak live tensors of a training micro-batch, counted per op on CPU through the real code
+# (tests/launch/test_memory_plan.py, with tests/support/peak_memory.py) and measured once with
+# torch.cuda.max_memory_allocated on an H200 at the 20b recipe's 5120 tokens (docs/launching.md).
+ATTN_PEAK = 4  # bf16 mb x heads x T x (T+1) tensors in one layer's eager-attention backward (transformers 4.57.6
+# modeling_gpt_oss.py eager_attention_forward): the softmax output kept for the backward, the grad of its
+# [..., :-1] slice padded back to T+1, softmax's input grad, and the grad of the (not detached) row max.
+# H200: 4.04 at T=5120.
+LOGITS_PEAK = 4  # fp32 mb x T x vocab tensors in the log-prob backward (OpenRLHF models/actor.py `.to(float32)`,
+# models/utils.py log_probs_from_logits without flash-attn's kernel: gather + chunked logsumexp): the logits,
+# the logsumexp grad, the gather's scattered grad and their sum. H200: 3.71.
+OUTPUT_KEPT = 1  # fp32 mb x T x vocab: ppo_actor.py holds `output` (its fp32 logits) through strategy.backward
+ENTROPY_KEPT = 0  # --entropy_loss_coef 0 still passes return_entropy=True (ppo_actor.py), but compute_entropy is
+# @torch.compile'd (models/utils.py): its graph saves the logits (kept anyway) and three per-row values, not the
+# softmax (eager would keep that: +1). H200: the same peak with and without it.
+
+
+def activation_lines(shape: Shape, a: argparse.Namespace) -> list[Line]:
+    """Per actor GPU: checkpointed layer inputs, and the larger of the logits' and one layer's attention backward."""
+    t = a.prompt_max_len + a.generate_max_len
+    mb = a.micro_train_batch_size
+    entropy = a.entropy_loss_coef is not None  # OpenRLHF's return_entropy
+    ckpt = shape.layers * mb * t * shape.hidden * 2
+    txt = mb * shape.heads * t * (t + 1) * 2
+    txv = mb * t * shape.vocab * 4
+    extra = ENTROPY_KEPT if entropy else 0
+    kept = OUTPUT_KEPT + extra  # what outlives the logits' backward into every layer's
+    logits_units = LOGITS_PEAK + extra
+    logits, attn = logits_units * txv, ATTN_PEAK * txt + kept * txv
+    why = ("--entropy_loss_coef set: compiled entropy graph, no softmax kept" if entropy
+           else "no --entropy_loss_coef: no entropy graph")
+    return [
+        Line(
+            f"checkpointed layer inputs: {shape.layers} layers x {mb} x {t} tokens x {shape.hidden} x 2 B",
+            ckpt / GIB,
+            "estimate",
+        ),
+        Line(
+            f"backward peak, the larger of: logits {logits_units} x fp32 {mb} x {t} x {shape.vocab} "
+            f"({logits / GIB:.1f}) and one layer's eager attention {ATTN_PEAK} x bf16 {mb} x {shape.heads} heads x "
+            f"{t} x {t + 1} + {kept} x fp32 logits-sized ({attn / GIB:.1f}); {why}",
+            max(logits, attn) / GIB,
+            "estimate",
+        ),
+    ]
 
 
 def actor_plan(shape: Shape, a: argparse.Namespace) -> list[Line]:
@@ -162,18 +210,13 @@ def actor_plan(shape: Shape, a: argparse.Namespace) -> list[Line]:
             "estimate",
         )
     )
-    t = a.prompt_max_len + a.generate_max_len
-    mb = a.micro_train_batch_size
-    ckpt = shape.layers * mb * t * shape.hidden * 2
-    attn = mb * shape.heads * t * t * (2 + 4)  # eager attention: bf16 scores + fp32 softmax of one layer
-    logits = mb * t * shape.vocab * 4 * 2  # fp32 logits and log-softmax
+    lines += activation_lines(shape, a)
     lines.append(
         Line(
-            f"activations, micro batch {mb} x {t} tokens, gradient checkpointing, eager attention: "
-            f"layer inputs {ckpt / GIB:.1f} + one layer's attention {attn / GIB:.1f} + logits "
-            f"{logits / GIB:.1f}",
-            (ckpt + attn + logits) / GIB,
-            "estimate",
+            "eval forwards (reference, old log-probs): the training forward's routed expert loop (rft/moe.py, "
+            "actor.patch), so no all-experts transient (transformers' eval branch: tokens x experts)",
+            0.0,
+            "exact",
         )
     )
     lines.append(Line("CUDA context, NCCL buffers, allocator fragmentation", 4.0, "estimate"))

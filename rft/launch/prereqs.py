@@ -17,6 +17,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rft.launch.caches import cache_env
+
 MIN_PYTHON = (3, 11)  # pyproject's requires-python
 MIN_DRIVER = (525, 60, 13)  # CUDA 12.x minor-version compatibility floor (NVIDIA's CUDA compatibility guide)
 GOOD_DRIVER = (570, 26)  # CUDA 12.8's own driver (torch 2.9.1's PyPI wheel is cu128): below it, PTX JIT is off
@@ -26,10 +28,38 @@ MIN_NOFILE = 65536  # Ray's recommendation for a node running many workers
 VENV_GIB = 25.0  # torch + vLLM + the rest, built once
 
 GIB_PER_GB = 1e9 / 2**30
-# Per profile: (GiB of host RAM needed at once, GiB of model cache). 20b: actor and reference rank 0 each
-# dequantize 21B params to bf16 (2 x 42 GB), plus 8 GiB for the rest. 120b: a save consolidates the 16-bit model
-# on rank 0 (~234 GB), plus 16 GiB. The caches: openai/gpt-oss-20b and -120b without original/ and metal/.
-NEEDS = {"20b": (2 * 42 * GIB_PER_GB + 8, 13 * GIB_PER_GB), "120b": (234 * GIB_PER_GB + 16, 65 * GIB_PER_GB)}
+SHARD_GIB = 5.0  # convert_mxfp4.py --max-shard-gib: what one rank holds while the stock ZeRO-3 load streams a shard
+# Model cache per profile: openai/gpt-oss-20b and -120b without original/ and metal/.
+CACHE_GIB = {"20b": 13 * GIB_PER_GB, "120b": 65 * GIB_PER_GB}
+
+
+def host_ram_terms(profile: str, offload: bool | None = None) -> list[tuple[float, str]]:
+    """What a profile holds in one node's host RAM at once, term by term: [(GiB, what)].
+
+    `offload`: --offload (ZeRO-3 parameters on the host); None takes the profile's default layout (120b on one
+    node offloads, train_grpo_120b.sh). A LoRA save gathers the adapter only (save_model.patch,
+    rft/train/checkpoints.py gather_adapter_state: r64 on q/k/v/o at 120b is 36 x 64 x 20736 x 2 B = 0.1 GB), so
+    no term counts a consolidated 16-bit model (21B x 2 B = 42 GB at 20b, 117B x 2 B = 234 GB at 120b).
+    """
+    if profile == "20b":
+        return [(2 * 42 * GIB_PER_GB, "actor and reference rank 0 each dequantize 21B MXFP4 params to bf16 "
+                                      "(2 x 42 GB)"),
+                (8.0, "Ray, the vLLM engine processes, data")]
+    if profile == "120b":
+        offload = True if offload is None else offload
+        ranks = 4 if offload else 8  # actor GPUs on the node: NODES=1 (offload) or NODES=2
+        terms = [(ranks * SHARD_GIB, f"{ranks} actor ranks each streaming one {SHARD_GIB:g} GiB shard of the bf16 "
+                                     "copy while loading")]
+        if offload:
+            terms.append((234 * GIB_PER_GB, "--offload: the actor's 117B bf16 parameters on the host (234 GB)"))
+        return [*terms, (16.0, "Ray, the vLLM engine processes, data")]
+    raise ValueError(f"no host RAM figures for profile {profile!r} (known: 20b, 120b)")
+
+
+def host_ram_need(profile: str, offload: bool | None = None) -> tuple[float, str]:
+    """(GiB of host RAM the profile needs at once, the terms as one line `what: N GiB; ...`)."""
+    terms = host_ram_terms(profile, offload)
+    return sum(g for g, _ in terms), "; ".join(f"{what}: {g:.0f} GiB" for g, what in terms)
 
 
 @dataclass
@@ -64,7 +94,7 @@ def _version(text: str | None, pattern: str) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.groups() if x is not None) if m else None
 
 
-def _free_gib(path: Path) -> float | None:
+def free_gib(path: Path) -> float | None:
     """Free GiB on the filesystem that holds `path` (its nearest existing parent)."""
     for p in [path, *path.parents]:
         if p.exists():
@@ -73,16 +103,15 @@ def _free_gib(path: Path) -> float | None:
     return None
 
 
-def _mem_available_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
+def mem_available_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
+    """MemAvailable of /proc/meminfo in GiB (None where there is none)."""
     m = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo.read_text(), re.M) if meminfo.exists() else None
     return int(m.group(1)) / 2**20 if m else None
 
 
 def cache_dir(env: dict[str, str]) -> Path:
-    """Where the Hugging Face cache lives: $HF_HOME, else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface."""
-    if env.get("HF_HOME"):
-        return Path(env["HF_HOME"])
-    return Path(env.get("XDG_CACHE_HOME") or Path(env.get("HOME", "~")).expanduser() / ".cache") / "huggingface"
+    """Where the launch keeps the Hugging Face cache: $HF_HOME, else $DATA_ROOT/cache/hf (rft/launch/caches.py)."""
+    return Path(cache_env(env)["HF_HOME"])
 
 
 def find_nvcc(env: dict[str, str]) -> str | None:
@@ -107,12 +136,12 @@ def read_host(env: dict[str, str], python: str, venv: Path) -> Host:
         gpus=gpus,
         driver=_version(driver_text, r"(\d+)\.(\d+)\.?(\d+)?"),
         nvcc_release=_version(_run([nvcc, "--version"], env), r"release (\d+)\.(\d+)") if nvcc else None,
-        shm_gib=_free_gib(shm) if shm.exists() else None,
+        shm_gib=free_gib(shm) if shm.exists() else None,
         nofile=resource.getrlimit(resource.RLIMIT_NOFILE),
-        mem_available_gib=_mem_available_gib(),
+        mem_available_gib=mem_available_gib(),
         cache_dir=cache_dir(env),
-        cache_free_gib=_free_gib(cache_dir(env)),
-        venv_free_gib=_free_gib(venv),
+        cache_free_gib=free_gib(cache_dir(env)),
+        venv_free_gib=free_gib(venv),
     )
 
 
@@ -120,10 +149,21 @@ def _dotted(v: tuple[int, ...]) -> str:
     return ".".join(map(str, v))
 
 
-def problems(host: Host, profile: str = "20b", building: bool = True) -> tuple[list[str], list[str]]:
-    """(blocking problems, warnings), each one line naming the fix. `building`: the venv is still to be built."""
+def host_ram_problem(available_gib: float | None, profile: str, offload: bool | None = None) -> str | None:
+    """One line when `available_gib` is below what the profile needs at once (host_ram_need), else None."""
+    need, terms = host_ram_need(profile, offload)
+    if available_gib is None or available_gib >= need:
+        return None
+    return (f"host RAM: {available_gib:.0f} GiB available, the {profile} recipe needs ~{need:.0f} GiB at once "
+            f"({terms}): free memory or use a bigger node")
+
+
+def problems(host: Host, profile: str = "20b", building: bool = True,
+             offload: bool | None = None) -> tuple[list[str], list[str]]:
+    """(blocking problems, warnings), each one line naming the fix. `building`: the venv is still to be built;
+    `offload`: as host_ram_terms."""
     bad, warn = [], []
-    ram_gib, cache_gib = NEEDS[profile]
+    cache_gib = CACHE_GIB[profile]
     if not building:
         pass  # the environment found runs already: its interpreter is the one that counts
     elif host.python_version is None:
@@ -157,12 +197,12 @@ def problems(host: Host, profile: str = "20b", building: bool = True) -> tuple[l
     elif 0 <= soft < MIN_NOFILE:
         warn.append(f"ulimit -n: {soft} < {MIN_NOFILE}: run `ulimit -n {min(hard, 1048576) if hard > 0 else MIN_NOFILE}` "
                     "before launching")
-    if host.mem_available_gib is not None and host.mem_available_gib < ram_gib:
-        bad.append(f"host RAM: {host.mem_available_gib:.0f} GiB available, the {profile} recipe needs ~{ram_gib:.0f} "
-                   "GiB at once (rank 0 dequantizing / consolidating on the host): free memory or use a bigger node")
+    ram = host_ram_problem(host.mem_available_gib, profile, offload)
+    if ram:
+        bad.append(ram)
     if host.cache_free_gib is not None and host.cache_free_gib < cache_gib:
         bad.append(f"disk: {host.cache_free_gib:.0f} GiB free at {host.cache_dir} for a {cache_gib:.0f} GiB "
-                   f"checkpoint: export HF_HOME=/mnt/data/hf (a disk with room)")
+                   f"checkpoint: set DATA_ROOT (or HF_HOME) to a disk with room")
     if building and host.venv_free_gib is not None and host.venv_free_gib < VENV_GIB:
         bad.append(f"disk: {host.venv_free_gib:.0f} GiB free for the venv, it needs ~{VENV_GIB:.0f} GiB: "
                    "make train TRAIN_VENV=/mnt/data/rft-venv")

@@ -194,6 +194,17 @@ def model_rule(a: argparse.Namespace, rep: Report) -> None:
         )
 
 
+def host_ram_rule(profile: Profile, a: argparse.Namespace) -> list[str]:
+    """Host RAM available now against what the profile holds at once: the figures `make train` checks
+    (rft/launch/prereqs.py host_ram_terms), with this command's --offload."""
+    from rft.launch.prereqs import host_ram_problem, mem_available_gib
+
+    if profile.name not in ("20b", "120b"):
+        return []
+    line = host_ram_problem(mem_available_gib(), profile.name, bool(getattr(a, "offload", False)))
+    return [line] if line else []
+
+
 def placement_rules(a: argparse.Namespace) -> list[str]:
     """The placement assertions 0.9.3's train() makes after Ray starts, checked before."""
     errors = []
@@ -587,5 +598,6 @@ def run_checks(
         check_gpus(needed, profile, gpus, rep, env.get("RAY_ADDRESS"))
         if getattr(a, "vllm_sync_lora_skip", False):
             rep.errors.append("--vllm_sync_lora_skip is an ablation for the CPU profile: it would train nothing")
+    rep.blocking += host_ram_rule(profile, a)
     check_disk([a.save_path, a.ckpt_path], profile.min_free_disk_gib, rep)
     return rep, facts

@@ -34,3 +34,22 @@ def remove_full_weight_shards(directory: str | Path, lora_rank: int) -> list[str
             path.unlink()
             removed.append(path.name)
     return removed
+
+
+def adapter_param_names(model) -> list[str]:
+    """Names of a PEFT model's LoRA parameters (`lora_` in the name): what a LoRA save keeps of the model."""
+    return [n for n, _ in model.named_parameters() if "lora_" in n]
+
+
+def gather_adapter_state(model, rank0: bool) -> dict:
+    """{name: full tensor on CPU} of the LoRA parameters of a ZeRO-3 partitioned PEFT model, on rank 0 only.
+
+    All ranks must call it (the gather is a collective). Only the adapter's parameters are gathered, so rank 0's
+    host RAM holds the adapter, not the frozen base that `_consolidated_16bit_state_dict` would copy.
+    """
+    import deepspeed
+
+    names = set(adapter_param_names(model))
+    named = [(n, p) for n, p in model.named_parameters() if n in names]
+    with deepspeed.zero.GatheredParameters([p for _, p in named], modifier_rank=None):
+        return {n: p.detach().cpu().clone() for n, p in named} if rank0 else {}

@@ -49,6 +49,25 @@ def vllm_max_lora_rank(rank: int) -> int:
     raise LoraSyncError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}")
 
 
+GPT_OSS_CUDAGRAPH_MODE = "PIECEWISE"
+"""Native LoRA on gpt-oss: vLLM's compilation_config cudagraph_mode (see docs/lora-sync.md, "CUDA graphs")."""
+
+
+def native_engine_kwargs(lora_rank: int, model: str) -> dict[str, Any]:
+    """vLLM engine arguments that make an engine serve base + one LoRA adapter of rank `lora_rank`.
+
+    gpt-oss also gets piecewise CUDA graphs (attention eager between captured pieces) instead of vLLM's full
+    decode graphs: with `enable_lora` vLLM runs the MXFP4 MoE on its LoRA-capable backends, a combination not run
+    on a GPU here; docs/lora-sync.md says why and what it costs.
+    """
+    from rft.launch.rules import is_gpt_oss
+
+    kwargs: dict[str, Any] = {"enable_lora": True, "max_lora_rank": vllm_max_lora_rank(lora_rank), "max_loras": 1}
+    if is_gpt_oss(model):
+        kwargs["compilation_config"] = {"cudagraph_mode": GPT_OSS_CUDAGRAPH_MODE}
+    return kwargs
+
+
 def adapter_tensors(payload: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """PEFT-format tensors of a payload: ``base_model.model.<module>.lora_A.weight`` and ``...lora_B.weight``.
 

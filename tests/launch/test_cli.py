@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rft.io import atomic_write_jsonl, sha256_file
-from rft.launch import cli, rules
+from rft.launch import cli, prereqs, rules
 from rft.launch.openrlhf_cli import FlagError, parse_args, resolve_overrides
 from tests.launch.rows import rows
 from tests.support.git import git
@@ -352,6 +352,7 @@ def test_parser_errors_are_flag_errors():
 
 
 NODE_DISK_FREE_GIB = 3000.0
+NODE_RAM_GIB = 1900.0  # the 8xH100 node's MemAvailable (host_ram_rule); this machine has far less
 
 
 FAKE_SMI = """#!/usr/bin/env bash
@@ -368,6 +369,7 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     # stand-in for the node's data disk: this machine's /tmp may hold less than the 50 GiB the 20b profile asks
     monkeypatch.setattr(rules, "free_gib", lambda path: NODE_DISK_FREE_GIB)
+    monkeypatch.setattr(prereqs, "mem_available_gib", lambda: NODE_RAM_GIB)
     monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
     monkeypatch.setenv("RUN_RECORD_DIR", str(tmp_path / "records"))
     monkeypatch.setenv("RFT_LAUNCH_NO_EXEC", "1")

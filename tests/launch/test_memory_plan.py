@@ -1,10 +1,32 @@
-"""rft/launch/memory_plan.py: the arithmetic lines against hand-computed figures, the fit verdicts."""
+"""rft/launch/memory_plan.py: the arithmetic lines against hand-computed figures, the fit verdicts, and the
+activation coefficients counted per op through the real transformers and OpenRLHF code."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import types
 
-from rft.launch.memory_plan import SHAPES, _flags, actor_plan, render, shape_for
+import pytest
+import torch
+
+from rft.launch.memory_plan import (
+    ATTN_PEAK,
+    ENTROPY_KEPT,
+    LOGITS_PEAK,
+    OUTPUT_KEPT,
+    SHAPES,
+    _flags,
+    activation_lines,
+    actor_plan,
+    render,
+    shape_for,
+)
+from tests.support.peak_memory import PeakBytes
+
+RECIPE_20B = ["--pretrain", "openai/gpt-oss-20b", "--lora_rank", "32", "--prompt_max_len", "1024",
+              "--generate_max_len", "4096", "--micro_train_batch_size", "1", "--actor_num_gpus_per_node", "4"]
 
 
 def test_lora_and_weights_per_gpu_by_hand():
@@ -50,6 +72,86 @@ def test_fit_verdicts_follow_the_layout():
     assert render(["--pretrain", "Qwen/Qwen2.5-0.5B"]) == ("", None)
 
 
+def test_eager_attention_backward_peak_is_counted():
+    """transformers' gpt-oss eager attention, forward and backward in bf16: peak live bytes in units of
+    heads x T x (T+1) x 2 B (T large against the head dim, so the T x T tensors dominate)."""
+    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
+
+    heads, kv, t, d = 4, 2, 768, 4
+    module = types.SimpleNamespace(num_key_value_groups=heads // kv, training=True,
+                                   sinks=torch.nn.Parameter(torch.zeros(heads, dtype=torch.bfloat16)))
+    q = torch.randn(1, heads, t, d, dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(1, kv, t, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    mask = torch.full((t, t), float("-inf")).triu(1).to(torch.bfloat16)[None, None]
+    unit = heads * t * (t + 1) * 2
+    with PeakBytes() as pb:
+        out, _ = eager_attention_forward(module, q, k, v, mask, d**-0.5)
+        assert pb.reset() / unit == pytest.approx(1, abs=0.05)  # the softmax output, kept for the backward
+        out.float().sum().backward()
+    assert pb.peak / unit == pytest.approx(ATTN_PEAK, abs=0.1)
+
+
+def test_logits_backward_peak_is_counted(patched_openrlhf):
+    """OpenRLHF's Actor.forward after the model: fp32 logits and the log-probs (no flash-attn kernel), then the
+    backward, with `output` (the logits) kept in scope as ppo_actor.py keeps it."""
+    from openrlhf.models.utils import log_probs_from_logits
+
+    t, vocab, hidden = 2048, 512, 8  # 2 logsumexp chunks
+    h = torch.randn(1, t, hidden, requires_grad=True)
+    w = torch.randn(vocab, hidden, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, vocab, (1, t))
+    unit = t * vocab * 4
+    with PeakBytes() as pb:
+        output = {"logits": torch.nn.functional.linear(h.to(torch.bfloat16), w).to(torch.float32)}
+        loss = -log_probs_from_logits(output["logits"], torch.roll(labels, -1, 1))[:, :-1].mean()
+        loss.backward()
+        after = pb.live
+    assert pb.peak / unit == pytest.approx(LOGITS_PEAK, abs=0.1)
+    assert after / unit == pytest.approx(OUTPUT_KEPT, abs=0.1)  # into every layer's backward
+
+
+ENTROPY_SAVES = """
+import torch
+from openrlhf.models.utils import compute_entropy
+logits = torch.randn(1, 256, 64, requires_grad=True)
+def extra_txv(fn):
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda x: saved.append(x) or x, lambda x: x):
+        fn(logits)
+    own = logits.untyped_storage().data_ptr()
+    return sum(x.numel() == logits.numel() and x.untyped_storage().data_ptr() != own for x in saved)
+print(extra_txv(compute_entropy), extra_txv(compute_entropy._torchdynamo_orig_callable))
+"""
+
+
+@pytest.mark.slow
+def test_the_compiled_entropy_keeps_no_softmax(patched_openrlhf):
+    """OpenRLHF's @torch.compile'd compute_entropy (what return_entropy=True runs at --entropy_loss_coef 0) saves
+    for its backward the logits themselves and per-row values only; its eager body would save the softmax.
+    In a subprocess: the CPU suite turns torch.compile off (TORCHDYNAMO_DISABLE), a GPU run has it on."""
+    from tests.support.patched_openrlhf import stub_env
+
+    env = {k: v for k, v in stub_env(patched_openrlhf).items() if k != "TORCHDYNAMO_DISABLE"}
+    res = subprocess.run([sys.executable, "-c", ENTROPY_SAVES], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    compiled, eager = map(int, res.stdout.split()[-2:])
+    assert compiled == ENTROPY_KEPT == 0 and eager >= 1  # eager: the softmax, and more
+
+
+def test_activation_lines_by_hand():
+    a = _flags([*RECIPE_20B, "--entropy_loss_coef", "0"])
+    ckpt, peak = activation_lines(SHAPES["gpt-oss-20b"], a)
+    assert ckpt.gib == pytest.approx(24 * 5120 * 2880 * 2 / 2**30)
+    logits = 4 * 5120 * 201088 * 4 / 2**30  # 15.3 GiB: the plan's 2 fp32 copies said 7.7
+    attn = (4 * 64 * 5120 * 5121 * 2 + 5120 * 201088 * 4) / 2**30  # 12.5 + 3.8: the plan's 3 bf16 said 9.4
+    assert peak.gib == pytest.approx(max(logits, attn)) and "(15.3)" in peak.item and "(16.3)" in peak.item
+    assert "compiled entropy graph" in peak.item
+    _, no_entropy = activation_lines(SHAPES["gpt-oss-20b"], _flags(RECIPE_20B))
+    assert no_entropy.gib == pytest.approx(peak.gib) and "no entropy graph" in no_entropy.item
+    text, _ = render(RECIPE_20B)
+    assert "routed expert loop (rft/moe.py" in text and "0.00 GiB  exact" in text
+
+
 def test_shape_from_a_local_config(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 24, "num_local_experts": 32}))
     assert shape_for(str(tmp_path)).name == "gpt-oss-20b"
@@ -66,4 +168,5 @@ def test_the_plans_defaults_are_openrlhfs(patched_openrlhf, monkeypatch):
     monkeypatch.setenv("RFT_OPENRLHF_DIR", str(patched_openrlhf))
     real = vars(parse_args(["--pretrain", "m", "--prompt_data", "d", "--remote_rm_url", "r.py"]).args)
     for flag, value in vars(_flags(["--pretrain", "m"])).items():
-        assert value == (real[flag] if real[flag] is not None else 0), flag  # vllm_num_engines None: none
+        # vllm_num_engines None: none; entropy_loss_coef None: no entropy graph
+        assert value == (real[flag] if real[flag] is not None or value is None else 0), flag

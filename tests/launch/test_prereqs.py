@@ -88,7 +88,8 @@ def test_read_host_without_tools_or_gpus(tmp_path):
     env = fake_bin(tmp_path)
     host = read_host({**env, "CUDA_HOME": str(tmp_path / "nowhere")}, str(tmp_path / "missing-python"), tmp_path)
     assert (host.gpus, host.driver, host.nvcc_release, host.python_version) == (0, None, None, None)
-    assert prereqs.cache_dir({"HOME": "/home/u"}) == Path("/home/u/.cache/huggingface")
+    assert prereqs.cache_dir({"HOME": "/home/u"}) == Path("/mnt/data/cache/hf")  # the data disk, not ~/.cache
+    assert prereqs.cache_dir({"DATA_ROOT": "/d"}) == Path("/d/cache/hf")
 
 
 def test_the_standin_wheel_satisfies_openrlhfs_pin_and_refuses_calls(tmp_path):
@@ -123,3 +124,38 @@ def test_the_launch_refuses_flash_attn_kernels_with_the_standin():
     (err,) = flash_attn_rule(flash, STANDIN_VERSION)
     assert err.startswith("--attn_implementation flash_attention_2 call flash-attn kernels")
     assert flash_attn_rule(packed, STANDIN_VERSION)[0].startswith("--packing_samples call")
+
+
+def test_host_ram_counts_no_consolidated_model():
+    # 20b: two rank-0 dequantizations of 21B params to bf16, the rest 8 GiB
+    assert prereqs.host_ram_need("20b")[0] == pytest.approx(2 * 42e9 / 2**30 + 8)
+    # 120b on one node (offload, the default): the offloaded parameters and 4 streamed shards; on two nodes 8
+    # shards and no parameters on the host; no term is the 234 GB consolidation a LoRA save used to need
+    one, two = prereqs.host_ram_need("120b"), prereqs.host_ram_need("120b", offload=False)
+    assert one[0] == pytest.approx(234e9 / 2**30 + 4 * 5 + 16) and prereqs.host_ram_need("120b", True) == one
+    assert two[0] == pytest.approx(8 * 5 + 16) and "--offload" not in two[1]
+    assert not any("consolidat" in what for p in ("20b", "120b") for _, what in prereqs.host_ram_terms(p))
+    with pytest.raises(ValueError, match="profile 'small'"):
+        prereqs.host_ram_terms("small")
+
+
+def test_the_launch_rule_reads_the_same_figures(monkeypatch):
+    from rft.launch.rules import PROFILES, host_ram_rule
+
+    monkeypatch.setattr(prereqs, "mem_available_gib", lambda: 100.0)
+    host = replace(GOOD, mem_available_gib=100.0)
+    assert host_ram_rule(PROFILES["20b"], SimpleNamespace(offload=False)) == []
+    assert host_ram_rule(PROFILES["120b"], SimpleNamespace(offload=False)) == []  # two nodes: 56 GiB
+    line = host_ram_rule(PROFILES["120b"], SimpleNamespace(offload=True))
+    assert line == problems(host, "120b", offload=True)[0] == problems(host, "120b")[0]
+    assert line[0].startswith("host RAM: 100 GiB available, the 120b recipe needs ~254 GiB at once (4 actor ranks each")
+    assert host_ram_rule(PROFILES["cpu"], SimpleNamespace(offload=True)) == []
+    monkeypatch.setattr(prereqs, "mem_available_gib", lambda: 50.0)
+    assert host_ram_rule(PROFILES["120b"], SimpleNamespace(offload=False))[0].startswith(
+        "host RAM: 50 GiB available, the 120b recipe needs ~56 GiB")
+
+
+def test_mem_available_reads_meminfo(tmp_path):
+    (tmp_path / "meminfo").write_text("MemTotal:       32 kB\nMemAvailable:   2097152 kB\n")
+    assert prereqs.mem_available_gib(tmp_path / "meminfo") == 2.0
+    assert prereqs.mem_available_gib(tmp_path / "none") is None

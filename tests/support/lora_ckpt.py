@@ -66,6 +66,14 @@ def param_counts(engine) -> dict[str, int]:
     return counts
 
 
+def param_bytes(engine) -> dict[str, int]:
+    """Full-size bytes of the trainable (LoRA) and frozen (base) parameters (ZeRO-3: ds_numel, not the shard)."""
+    sizes = {"trainable": 0, "frozen": 0}
+    for p in engine.module.parameters():
+        sizes["trainable" if p.requires_grad else "frozen"] += getattr(p, "ds_numel", p.numel()) * p.element_size()
+    return sizes
+
+
 def ckpt_bytes(tag_dir: Path) -> dict[str, int]:
     """Bytes of a checkpoint tag directory, per file kind (*model_states.pt, *optim_states.pt, other) and total."""
     sizes = dict.fromkeys((*KINDS, "other"), 0)

@@ -167,7 +167,7 @@ class EngineActor:
     def __init__(self, model_dir: str | Path, dtype: str, lora_rank: int = 0):
         from openrlhf.trainer.ray.vllm_engine import LLMRayActor
 
-        from rft.train.lora_native import vllm_max_lora_rank
+        from rft.train.lora_native import native_engine_kwargs
 
         self.loop = asyncio.new_event_loop()
         cls = LLMRayActor.__ray_metadata__.modified_class
@@ -192,7 +192,7 @@ class EngineActor:
             "remote_rm_url": None,
         }
         if lora_rank:  # the patched create_vllm_engines' native-LoRA kwargs
-            kwargs.update(enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank), max_loras=1)
+            kwargs.update(native_engine_kwargs(lora_rank, str(model_dir)))
         os.environ.setdefault("RAY_ADDRESS", "local")  # LLMRayActor reads it; no Ray here
         self.run(self.actor.__init__(**kwargs))
 

@@ -1,5 +1,5 @@
 """LoRA checkpoints without the frozen base on a real ZeRO-3 engine (gloo, world size 1, CPU), exact restore,
-and the guarded shard clean-up."""
+LoRA model saves that gather only the adapter, and the guarded shard clean-up."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from tests.support.lora_ckpt import (
     ckpt_bytes,
     cpu_barrier,
     lora_state,
+    param_bytes,
     saved_frozen_names,
     strategy_and_engine,
     train_one_step,
@@ -49,6 +50,61 @@ def test_lora_ckpt_excludes_frozen_base_and_restores_exactly(dist_world, cpu_bar
             for k, v in saved.items():
                 assert torch.equal(v, restored[k]), k
     assert sizes[4] * 4 < sizes[0], sizes  # measured: frozen fragments dominate the 0.9.3 checkpoint
+
+
+@pytest.fixture
+def gathered_bytes(monkeypatch) -> list[int]:
+    """Bytes each ZeRO-3 GatheredParameters block brings to full size, in order (the consolidation uses it too)."""
+    from deepspeed.runtime.zero.partition_parameters import GatheredParameters
+
+    record: list[int] = []
+    enter = GatheredParameters.__enter__
+
+    def tracked(self):
+        if self.enabled:
+            record.append(sum(p.ds_numel * p.element_size() for p in self.params))
+        return enter(self)
+
+    monkeypatch.setattr(GatheredParameters, "__enter__", tracked)
+    return record
+
+
+def peft_loads(config, adapter_dir) -> dict[str, torch.Tensor]:
+    """The LoRA tensors PEFT's own loader reads from `adapter_dir` into a fresh base of `config`, by saved name."""
+    from peft import PeftModel
+    from transformers import Qwen2ForCausalLM
+
+    model = PeftModel.from_pretrained(Qwen2ForCausalLM(config), str(adapter_dir))
+    return {n.replace(".default", ""): p.detach() for n, p in model.named_parameters() if "lora_" in n}
+
+
+@pytest.mark.slow
+def test_lora_save_gathers_only_the_adapter(dist_world, cpu_barrier_in_openrlhf, gathered_bytes, tmp_path):
+    from tests.support.tiny_model import build_tokenizer
+
+    tok = build_tokenizer()
+    saved, gathered = {}, {}
+    for lora_rank in (0, 4):  # lora_rank 0 = 0.9.3's save_model: the full 16-bit consolidation
+        strategy, engine = strategy_and_engine(lora_rank)
+        train_one_step(engine)
+        gathered_bytes.clear()
+        strategy.save_model(engine, tok, str(tmp_path / f"r{lora_rank}"))
+        gathered[lora_rank] = sum(gathered_bytes)
+        saved[lora_rank] = {f.name: f.read_bytes() for f in (tmp_path / f"r{lora_rank}").iterdir()}
+        sizes = param_bytes(engine)
+        if not lora_rank:
+            assert gathered[0] == sizes["frozen"] + sizes["trainable"]  # the whole model, frozen base included
+        else:
+            assert gathered[4] == sizes["trainable"] > 0  # the adapter and nothing else
+            state = torch.load(tmp_path / "r4" / "adapter_model.bin", weights_only=True)
+            assert sum(v.numel() * v.element_size() for v in state.values()) == sizes["trainable"]
+            assert any(v.abs().sum() > 0 for k, v in state.items() if "lora_B" in k)  # the trained values
+            loaded = peft_loads(engine.module.config, tmp_path / "r4")
+            assert {k: v for k, v in loaded.items() if k in state}.keys() == state.keys()
+            assert all(torch.equal(loaded[k], v) for k, v in state.items())
+    assert saved[4].keys() == saved[0].keys() and "adapter_model.bin" in saved[4]
+    for name in saved[0]:
+        assert saved[4][name] == saved[0][name], name  # byte for byte what 0.9.3 writes
 
 
 def test_shard_cleanup_is_guarded(tmp_path):

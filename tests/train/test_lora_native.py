@@ -33,3 +33,29 @@ def test_native_lora_slot_checks(tmp_path):
     slot.retire(first)
     assert not (slot.root / "v1").exists() and slot.stage(payload).lora_int_id == 2
     slot.close()
+
+
+def test_native_engine_kwargs_piecewise_graphs_for_gpt_oss(tmp_path):
+    from rft.train.lora_native import native_engine_kwargs
+
+    lora = {"enable_lora": True, "max_lora_rank": 32, "max_loras": 1}
+    assert native_engine_kwargs(32, "Qwen/Qwen2.5-0.5B") == lora  # vLLM's default graphs elsewhere
+    piecewise = {**lora, "compilation_config": {"cudagraph_mode": "PIECEWISE"}}
+    assert native_engine_kwargs(32, "openai/gpt-oss-20b") == piecewise
+    (tmp_path / "config.json").write_text('{"model_type": "gpt_oss"}')  # a local copy, named anything
+    assert native_engine_kwargs(20, str(tmp_path)) == piecewise
+    with pytest.raises(LoraSyncError, match="lora_rank > 0"):
+        native_engine_kwargs(0, "openai/gpt-oss-20b")
+
+
+@pytest.mark.vllm
+def test_vllm_takes_the_native_engine_kwargs():
+    """vLLM 0.15.1's engine arguments parse the setting into the piecewise mode (no GPU needed to parse)."""
+    import vllm
+    from vllm.config import CUDAGraphMode
+
+    from rft.train.lora_native import native_engine_kwargs
+
+    args = vllm.AsyncEngineArgs(model="openai/gpt-oss-20b", **native_engine_kwargs(64, "openai/gpt-oss-120b"))
+    assert args.enable_lora and args.max_lora_rank == 64 and args.max_loras == 1
+    assert args.compilation_config.cudagraph_mode == CUDAGraphMode.PIECEWISE
