@@ -127,15 +127,10 @@ def parse_eval_options(opts: Sequence[str], run_name: str) -> EvalOptions:
 
 
 def eval_parser():
-    """eval_posthoc.py's own argument parser (the script at the repo root)."""
-    import importlib.util
+    """eval_posthoc.py's own argument parser (imported here only: the evaluation's imports are heavy)."""
+    from rft.eval.cli import build_parser
 
-    from rft.provenance import REPO_ROOT
-
-    spec = importlib.util.spec_from_file_location("eval_posthoc", REPO_ROOT / "eval_posthoc.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.build_parser()
+    return build_parser()
 
 
 class Target:

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # What a checkout needs for spare.py to run on both sides.
 CLI_FILES = [
     "spare.py",
+    "rft/spare/cli.py",
     "rft/__init__.py",
     "rft/io.py",
     "rft/provenance.py",
