@@ -33,10 +33,7 @@ from rft.data.pipeline import (
 from rft.data.solutions import SFT_OK, last_boxed_content, sft_output
 from rft.data.sources import DataError, Source, load_hub_table, parse_source
 from rft.data.verify import verify
-from rft.io import read_jsonl, sha256_file
-from rft.problems import problem_hash
-from rft.prompts import strip_instruction
-from tests.support.data_fixtures import (
+from rft.fixtures.data_fixtures import (
     AIME,
     APEX,
     NUMINA_SCHEMA,
@@ -46,6 +43,9 @@ from tests.support.data_fixtures import (
     write_eval_inputs,
     write_numina,
 )
+from rft.io import read_jsonl, sha256_file
+from rft.problems import problem_hash
+from rft.prompts import strip_instruction
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = [
@@ -153,7 +153,7 @@ def test_each_stage_removes_the_planted_rows(run, inputs):
 
 def test_dedup_keeps_the_first_occurrence(run):
     """Duplicates differing in case/whitespace come after their originals: only original texts are written."""
-    from tests.support.data_fixtures import _good_problem, numina_rows
+    from rft.fixtures.data_fixtures import _good_problem, numina_rows
 
     rows = numina_rows()[0]
     revived = rows[-1]["problem"]  # the last fixture row survives dedup (its twin was removed at stage 4)

@@ -12,8 +12,8 @@ import torch
 
 from rft.eval import merge
 from rft.eval.merge import MergeError, base_load_kwargs, resolve_base, resolve_model
+from rft.fixtures.tiny_model import build_tiny_model, fabricate_lora_adapter
 from rft.mxfp4 import quant_method
-from tests.support.tiny_model import build_tiny_model, fabricate_lora_adapter
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ from rft.eval.modes import (
     resolve_dataset,
     run_evaluation,
 )
+from rft.fixtures.tiny_model import build_tiny_model, build_tokenizer, fabricate_lora_adapter
 from rft.prompts import (
     DEFAULT_CHAT_DATE,
     build_input,
@@ -39,7 +40,6 @@ from rft.prompts import (
     render_prompt,
 )
 from rft.reward.exact_match import grade
-from tests.support.tiny_model import build_tiny_model, build_tokenizer, fabricate_lora_adapter
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from rft.fixtures.judge_server import JudgeServer
 from rft.io import atomic_write_jsonl, sha256_file
 from rft.launch import cli, rules
 from rft.launch.openrlhf_cli import FlagError, parse_args, resolve_overrides
 from tests.launch.rows import rows
 from tests.support.git import git
-from tests.support.judge_server import JudgeServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.patched_openrlhf import ROOT, run_apply, stub_env
+from rft.fixtures.patched_openrlhf import ROOT, run_apply, stub_env
 
 PATCHES = ROOT / "patches"
 PATCHED_MODULES = [

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from rft.fixtures.tiny_model import build_tiny_model, fabricate_lora_adapter
 from rft.prompts import build_input
 from rft.spare.watch import (
     Checkpoint,
@@ -25,7 +26,6 @@ from rft.spare.watch import (
     pick_best,
     table_markdown,
 )
-from tests.support.tiny_model import build_tiny_model, fabricate_lora_adapter
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -75,7 +75,7 @@ def build_mxfp4_checkpoint(path: Path, *, layers: int = 2, seed: int = 0, split_
     (path / "config.json").write_text(json.dumps(config, indent=2))
     GenerationConfig(eos_token_id=[1, 2], do_sample=True, temperature=1.0).save_pretrained(path)
     if tokenizer:
-        from tests.support.tiny_model import build_tokenizer
+        from rft.fixtures.tiny_model import build_tokenizer
 
         build_tokenizer().save_pretrained(path)
     return expected

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rft.train.checkpoints import remove_full_weight_shards
-from tests.support.lora_ckpt import (
+from rft.fixtures.lora_ckpt import (
     ckpt_bytes,
     cpu_barrier,
     lora_state,
@@ -15,6 +14,7 @@ from tests.support.lora_ckpt import (
     strategy_and_engine,
     train_one_step,
 )
+from rft.train.checkpoints import remove_full_weight_shards
 
 
 @pytest.fixture

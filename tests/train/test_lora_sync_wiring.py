@@ -18,19 +18,19 @@ import pytest
 import torch
 
 from rft.cpu.standins import install as install_cuda_standins
-from rft.train import lora_payload
-from rft.train.lora_payload import LoraSyncError
-from tests.support.cpu_trainer import (
+from rft.fixtures.cpu_trainer import (
     TARGETS,
     build_trainer,
     tiny_llama_config,
     tiny_lora_model,
     trainer_args,
 )
-from tests.support.patched_openrlhf import (
+from rft.fixtures.patched_openrlhf import (
     ROOT,
     stub_paths,
 )
+from rft.train import lora_payload
+from rft.train.lora_payload import LoraSyncError
 from tests.train.vllm_layout import VllmLayoutLlama, tp_logits
 
 FP32_TOL = 1e-5  # max |logit difference| worker vs PEFT, fp32 (logits std ~0.5 here)
