@@ -30,6 +30,8 @@ CLI_FILES = [
     "rft/eval/passk.py",
     "rft/eval/report.py",
     "rft/spare/__init__.py",
+    "rft/train/__init__.py",
+    "rft/train/checkpoints.py",
     "rft/spare/node.py",
     "rft/spare/jobs.py",
     "rft/spare/watch.py",
