@@ -14,7 +14,6 @@ import pytest
 
 from rft.fixtures.judge_server import JudgeServer
 from rft.fixtures.openrlhf_wheel import unpack_pristine_openrlhf
-from rft.fixtures.patched_openrlhf import STUBS
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_SUITE_ENV = "RFT_VLLM_SUITE"
@@ -27,7 +26,7 @@ def real_vllm_problem() -> str | None:
     except Exception as e:  # noqa: BLE001  (any import failure is the answer)
         return f"import vllm failed: {e!r}"
     origin = Path(vllm.__file__).resolve()
-    if origin.is_relative_to(STUBS):
+    if origin.is_relative_to(ROOT / "rft" / "fixtures" / "stubs"):  # patched_openrlhf.STUBS (not imported: it sets env)
         return f"import vllm gave the test stand-in {origin}, not the real engine"
     return None
 
