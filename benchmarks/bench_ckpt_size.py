@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.support (and rft) from this checkout
+sys.path.insert(0, str(ROOT))  # rft (and rft.fixtures) from this checkout
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 VARIANTS = ("pristine", "patched")
 
@@ -31,8 +31,8 @@ def measure(hidden: int, rank: int) -> dict:
     """One save with whichever openrlhf is importable (runs in a worker process); sizes and parameter counts."""
     import openrlhf.utils.deepspeed.deepspeed as dsmod
 
-    from tests.support.cpu_trainer import init_gloo
-    from tests.support.lora_ckpt import (
+    from rft.fixtures.cpu_trainer import init_gloo
+    from rft.fixtures.lora_ckpt import (
         ckpt_bytes,
         cpu_barrier,
         param_counts,
@@ -54,8 +54,8 @@ def measure(hidden: int, rank: int) -> dict:
 
 def openrlhf_copies(work: Path) -> dict[str, Path]:
     """{variant: directory whose openrlhf/ is that variant}: the wheel's source, and a patched copy of it."""
-    from tests.support.openrlhf_wheel import unpack_pristine_openrlhf
-    from tests.support.patched_openrlhf import run_apply
+    from rft.fixtures.openrlhf_wheel import unpack_pristine_openrlhf
+    from rft.fixtures.patched_openrlhf import run_apply
 
     pristine = unpack_pristine_openrlhf(work / "pristine")
     patched = work / "patched"
@@ -67,7 +67,7 @@ def openrlhf_copies(work: Path) -> dict[str, Path]:
 
 
 def run_worker(site: Path, hidden: int, rank: int) -> dict:
-    from tests.support.patched_openrlhf import stub_env
+    from rft.fixtures.patched_openrlhf import stub_env
 
     env = stub_env(site)
     env["PYTHONPATH"] = f"{env['PYTHONPATH']}:{ROOT}"

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.support (and rft) from this checkout
+sys.path.insert(0, str(ROOT))  # rft (and rft.fixtures) from this checkout
 
 GOAL_RATIO = 3.0
 GOAL_RSS_GIB = 3.0
@@ -40,7 +40,7 @@ def baseline(numina_dir: Path) -> None:
 
 def generate(work: Path, rows: int) -> None:
     """Write the NuminaMath-shaped shards and the eval inputs under work/ (run in a subprocess)."""
-    from tests.support.data_fixtures import write_eval_inputs_large, write_numina_like
+    from rft.fixtures.data_fixtures import write_eval_inputs_large, write_numina_like
 
     write_numina_like(work / "numina", rows)
     write_eval_inputs_large(work / "eval")

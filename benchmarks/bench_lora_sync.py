@@ -76,16 +76,13 @@ def realized(rollout: list, rollout0: list, trainer: list, trainer0: list) -> fl
 
 def vllm_gap_table(lrs: list[float], steps: list[int]) -> Table:
     """Merge vs native sync on the real engine (see the module docstring); needs .venv-vllm."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support from this checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # rft.fixtures from this checkout
     import tempfile
 
     from vllm.lora.request import LoRARequest
 
-    from rft.train.lora_merge import LoraMergeApplier
-    from rft.train.lora_native import write_peft_adapter
-    from rft.train.lora_payload import lora_parameters
-    from tests.support.tiny_model import VLLM_HIDDEN, build_tiny_model
-    from tests.support.vllm_engine import (
+    from rft.fixtures.tiny_model import VLLM_HIDDEN, build_tiny_model
+    from rft.fixtures.vllm_engine import (
         hf_logprobs,
         max_gap,
         offline_llm,
@@ -95,6 +92,9 @@ def vllm_gap_table(lrs: list[float], steps: list[int]) -> Table:
         shutdown,
         vllm_logprobs,
     )
+    from rft.train.lora_merge import LoraMergeApplier
+    from rft.train.lora_native import write_peft_adapter
+    from rft.train.lora_payload import lora_parameters
 
     table = Table(title="rollout (vLLM) vs trainer (HF+PEFT) after k LoRA steps: realized share / max |gap| / "
                   "max |trainer change|")

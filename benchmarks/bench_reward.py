@@ -27,7 +27,7 @@ from rich.table import Table
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.support (and rft) from this checkout
+sys.path.insert(0, str(ROOT))  # rft (and rft.fixtures) from this checkout
 
 QWEN_PROMPT = (
     "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n{problem}\n"
@@ -157,7 +157,7 @@ def make_set(n: int, symbolic_share: float, seed: int) -> list[Sample]:
 
 def load_ours(file: str = "reward_func_em.py") -> Callable:
     """reward_func from a reward file, loaded by file path exactly as OpenRLHF does."""
-    from tests.support.reward_files import load_reward_module
+    from rft.fixtures.reward_files import load_reward_module
 
     return load_reward_module(ROOT / file).reward_func
 
@@ -237,7 +237,7 @@ def run_direct(fn: Callable, samples: list[Sample]) -> float:
 def bench_judge(samples: list[Sample], latency_s: float, threads: int, console: Console) -> None:
     """The judge reward through the same path against a local generateContent server with `latency_s` per call:
     every response judged (blend), the default correct_only on the same set, and both again as cache hits."""
-    from tests.support.judge_server import JudgeServer
+    from rft.fixtures.judge_server import JudgeServer
 
     table = Table(title=f"judge reward (n={len(samples)}, {threads} threads, judge latency {latency_s:g} s)")
     for col in ("mode", "cache", "resp/s (path, wall)", "judge calls", "judged share"):

@@ -1,7 +1,7 @@
 """The four measurements of `make gpu-check` (benchmarks/gpu_check.py), each on one device at given shapes.
 
 - `mxfp4_dequant`: transformers' `convert_moe_packed_tensors` (rank 0's path on a CUDA node) and rft's exact
-  `dequantize_expert` against values computed from the FP4 codes (tests.support.mxfp4_fixtures).
+  `dequantize_expert` against values computed from the FP4 codes (rft.fixtures.mxfp4_fixtures).
 - `actor_step`: one LoRA micro-step of GptOssForCausalLM (eager attention with sinks, gradient checkpointing,
   fp32 log-probs and an entropy graph as OpenRLHF keeps them); peak device memory and seconds.
 - `moe_eval_gap`: log-probs of the same tokens in train mode (per-expert loop) and eval mode (on a GPU every
@@ -59,7 +59,7 @@ def real_shape(micro_batch: int = 1, depths: tuple[int, int] = (2, 4)) -> CheckS
 
 
 def tiny_shape() -> CheckShape:
-    """The CPU configuration: tests.support.mxfp4_fixtures' tiny gpt-oss, 16 + 48 tokens."""
+    """The CPU configuration: rft.fixtures.mxfp4_fixtures' tiny gpt-oss, 16 + 48 tokens."""
     return CheckShape("tiny (CPU)", 64, 4, 2, 16, 4, 8, 64, 200, 2, 16, 48, 2, 4, 8, (1, 2))
 
 
@@ -69,7 +69,7 @@ def gpt_oss_config(shape: CheckShape, layers: int, experts: int | None = None):
 
     types = ["sliding_attention", "full_attention"] * ((layers + 1) // 2)
     if shape.hidden == tiny_shape().hidden:
-        from tests.support.mxfp4_fixtures import tiny_config
+        from rft.fixtures.mxfp4_fixtures import tiny_config
 
         cfg = tiny_config(min(layers, 2))
         cfg.num_hidden_layers, cfg.layer_types = layers, types[:layers]
@@ -156,7 +156,7 @@ def mxfp4_dequant(shape: CheckShape, device: torch.device, experts: int, seed: i
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
     from rft.mxfp4 import dequantize_expert
-    from tests.support.mxfp4_fixtures import quantize_codes
+    from rft.fixtures.mxfp4_fixtures import quantize_codes
 
     g = torch.Generator().manual_seed(seed)
     rows_cols = {"gate_up_proj": (2 * shape.intermediate, shape.hidden), "down_proj": (shape.hidden, shape.intermediate)}
@@ -195,7 +195,7 @@ def mxfp4_load_path(layers: int = 2) -> dict:
     from pathlib import Path
 
     from rft.mxfp4 import load_dequantized
-    from tests.support.mxfp4_fixtures import build_mxfp4_checkpoint
+    from rft.fixtures.mxfp4_fixtures import build_mxfp4_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
         expected = build_mxfp4_checkpoint(Path(tmp) / "ckpt", layers=layers, tokenizer=False)
@@ -374,7 +374,7 @@ def _tp_shards(shape: CheckShape, layers: int, tp: int, weights: dict[str, torch
     """vLLM-layout attention shards (fused qkv_proj, row-parallel o_proj) loaded from full HF weights."""
     from types import SimpleNamespace
 
-    from tests.train.vllm_layout import VllmLayoutLlama
+    from rft.fixtures.vllm_layout import VllmLayoutLlama
 
     cfg = SimpleNamespace(hidden_size=shape.hidden, intermediate_size=2 * tp, vocab_size=8, head_dim=shape.head_dim,
                           num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,

@@ -28,7 +28,7 @@ PYTHON="$(rft_python)"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$RFT_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
-# SMOKE=1: a smoke run (rft/smoke.py): the launcher rewrites the recipe to a few steps, the run ends with PASS/FAIL.
+# SMOKE=1: a smoke run (rft/launch/smoke.py): the launcher rewrites the recipe to a few steps, the run ends with PASS/FAIL.
 case "${SMOKE:-0}" in
     0) ;;
     1) export RFT_SMOKE=1 ;;
@@ -229,7 +229,7 @@ rft_launch() {
     mkdir -p "$METRICS_LOG_DIR"
     rm -f "$METRICS_LOG_DIR/training_metrics.jsonl" "$METRICS_LOG_DIR/smoke_gpu_memory.json"  # this run's alone
     if (( $(rft_gpu_count) > 0 )); then
-        "$PYTHON" -m rft.smoke gpu-sample "$METRICS_LOG_DIR/smoke_gpu_memory.json" &
+        "$PYTHON" -m rft.monitor.gpu_memory "$METRICS_LOG_DIR/smoke_gpu_memory.json" &
         sampler=$!
     fi
     rft_run_forwarding "$PYTHON" -m rft.launch --profile "$profile" -- "$@" || status=$?
@@ -241,6 +241,6 @@ rft_launch() {
 # rft_smoke_verdict RUN_STATUS: print the smoke verdict of $METRICS_LOG_DIR and exit 0 (PASS) or 1 (FAIL).
 rft_smoke_verdict() {
     local status=0
-    "$PYTHON" -m rft.smoke verdict "$METRICS_LOG_DIR" --run-status "$1" || status=$?
+    "$PYTHON" -m rft.monitor.smoke_verdict "$METRICS_LOG_DIR" --run-status "$1" || status=$?
     exit "$status"
 }

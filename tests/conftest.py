@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.judge_server import JudgeServer
-from tests.support.openrlhf_wheel import unpack_pristine_openrlhf
+from rft.fixtures.judge_server import JudgeServer
+from rft.fixtures.openrlhf_wheel import unpack_pristine_openrlhf
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_SUITE_ENV = "RFT_VLLM_SUITE"
@@ -26,7 +26,7 @@ def real_vllm_problem() -> str | None:
     except Exception as e:  # noqa: BLE001  (any import failure is the answer)
         return f"import vllm failed: {e!r}"
     origin = Path(vllm.__file__).resolve()
-    if origin.is_relative_to(ROOT / "tests" / "stubs"):
+    if origin.is_relative_to(ROOT / "rft" / "fixtures" / "stubs"):  # patched_openrlhf.STUBS (not imported: it sets env)
         return f"import vllm gave the test stand-in {origin}, not the real engine"
     return None
 
@@ -68,7 +68,7 @@ def openrlhf_copy(pristine_openrlhf_root, tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def patched_openrlhf(pristine_openrlhf_root, tmp_path_factory) -> Path:
     """Directory whose `openrlhf/` is the patched 0.9.3 that `import openrlhf` now resolves to."""
-    from tests.support.patched_openrlhf import install_patched  # sets the CPU DeepSpeed env on import
+    from rft.fixtures.patched_openrlhf import install_patched  # sets the CPU DeepSpeed env on import
 
     return install_patched(pristine_openrlhf_root, tmp_path_factory)
 
@@ -76,7 +76,7 @@ def patched_openrlhf(pristine_openrlhf_root, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def dist_world() -> None:
     """torch.distributed on gloo through DeepSpeed (world size 1), for ZeRO-3 engines in this process."""
-    from tests.support.cpu_trainer import init_gloo
+    from rft.fixtures.cpu_trainer import init_gloo
 
     init_gloo()
 
@@ -89,6 +89,6 @@ def judge_score() -> float:
 
 @pytest.fixture
 def judge_server(judge_score):
-    """A local Gemini generateContent server (tests/support/judge_server.py), shut down at teardown."""
+    """A local Gemini generateContent server (rft/fixtures/judge_server.py), shut down at teardown."""
     with JudgeServer(default_score=judge_score) as server:
         yield server

@@ -11,7 +11,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from rft.moe import ROUTED, expert_modules, route_experts_in_eval
-from tests.support.mxfp4_fixtures import build_mxfp4_checkpoint, tiny_config, zero3_strategy
+from rft.fixtures.mxfp4_fixtures import build_mxfp4_checkpoint, tiny_config, zero3_strategy
 
 
 class _GpuType(str):

@@ -19,8 +19,8 @@ from rft.launch.memory_plan import render as memory_plan
 from rft.launch.openrlhf_cli import format_command, resolve_overrides
 from rft.launch.record import build_record, chat_date, git_state, tag_attempt, write_run_record
 from rft.launch.rules import PROFILES, Profile, run_checks, sft_gpus, smoke_mode
+from rft.launch.smoke import smoke_flags
 from rft.provenance import REPO_ROOT, GitError
-from rft.smoke import smoke_flags
 
 LOG_ENV = ("METRICS_LOG_DIR", "SAMPLES_LOG_DIR", "SPIKE_LOG_PATH", "RAY_ADDRESS", "CUDA_VISIBLE_DEVICES")
 

@@ -128,7 +128,7 @@ TH, GPU = Thresholds(), GpuWatch()
 NUMERIC_FLAGS = (
     ("--probe-size", TH.probe_size, "problems in the OOD probe, sets the noise level of a drop"),
     ("--stop-z", TH.stop_z, "a probe drop counts only if larger than this many standard errors"),
-    ("--smoke-steps", TH.smoke_steps, "steps judged by the smoke tests"),
+    ("--early-steps", TH.early_steps, "first steps judged by the early checks"),
     ("--window", TH.window, "last steps examined by the playbook diagnosis"),
     ("--spike-grad-norm", TH.spike_grad_norm, "grad_norm above this marks a spike (as the spike log)"),
     ("--not-moving-kl", TH.not_moving_kl, "median |kl| to the reference below this after 10 steps = barely moving"),

@@ -1,6 +1,6 @@
-"""Verdicts on a run's metrics: rollout/trainer agreement, smoke tests, policy movement, early stop, playbook.
+"""Verdicts on a run's metrics: rollout/trainer agreement, early checks, policy movement, early stop, playbook.
 
-Each smoke test and playbook pattern is one small rule function in a list (`SMOKE_RULES`, `PLAYBOOK_RULES`);
+Each early check and playbook pattern is one small rule function in a list (`EARLY_RULES`, `PLAYBOOK_RULES`);
 docs/monitor.md states their thresholds and actions. A metric the log does not contain yields MISSING, never a
 failure.
 """
@@ -42,7 +42,7 @@ class Verdict:
 class Thresholds:
     """Knobs of the checks (defaults in docs/monitor.md; see `python -m rft.monitor --help`)."""
 
-    smoke_steps: int = 6
+    early_steps: int = 6
     window: int = 20
     spike_grad_norm: float = 50.0
     vllm_kl_warn: float = 0.01
@@ -195,12 +195,12 @@ def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
     return Verdict("agreement", "rollout/trainer agreement", status, evidence, action)
 
 
-# ---------------------------------------------------------------- smoke tests (first steps)
+# ---------------------------------------------------------------- early checks (first steps)
 
 
 _FIX_FIRST = " Stop and fix before burning compute."
-# What to do when an early smoke-test criterion fails.
-SMOKE_ACTIONS = {
+# What to do when an early check (one of the ops guide's smoke-test criteria) fails.
+EARLY_ACTIONS = {
     "reward0": "Data/reward bug: check labels and reward_func on a samples_stepN.jsonl." + _FIX_FIRST,
     "reward1": "Problems too easy: use a harder pool (every group identical = no advantage)." + _FIX_FIRST,
     "boxed": "Format compliance below 50% or dropping: consider an SFT phase (bash train_sft.sh).",
@@ -211,11 +211,11 @@ SMOKE_ACTIONS = {
     "and n_samples_per_prompt > 1." + _FIX_FIRST,
     "trunc": "Increase --generate_max_len.",
 }
-SMOKE = "smoke"
+EARLY = "early-checks"
 
 
 def _first(log: MetricsLog, name: str, th: Thresholds, *, finite: bool = True) -> list[tuple[int, float]]:
-    steps = log.train_steps()[: th.smoke_steps]
+    steps = log.train_steps()[: th.early_steps]
     return [(s, v) for s, v in log.series(name, finite=finite) if steps and s <= steps[-1]]
 
 
@@ -223,68 +223,68 @@ def _missing(group: str, check: str, name: str) -> Verdict:
     return Verdict(group, check, MISSING, f"{name} not in the log")
 
 
-def smoke_reward(log: MetricsLog, th: Thresholds) -> Verdict:
+def early_reward(log: MetricsLog, th: Thresholds) -> Verdict:
     """The reward is neither all 0 (a data or reward bug) nor all 1 (nothing to learn)."""
     check = "reward_mean not stuck at 0/1"
     pts = _first(log, "reward_mean", th)
     if not pts:
-        return _missing(SMOKE, check, "reward_mean/reward")
+        return _missing(EARLY, check, "reward_mean/reward")
     vals = [v for _, v in pts]
     ev = f"steps {pts[0][0]}-{pts[-1][0]}: {', '.join(fmt(v) for v in vals)}"
     if max(vals) <= 1e-6:
-        return Verdict(SMOKE, check, FAIL, ev + " (stuck at 0)", SMOKE_ACTIONS["reward0"])
+        return Verdict(EARLY, check, FAIL, ev + " (stuck at 0)", EARLY_ACTIONS["reward0"])
     if min(vals) >= 1 - 1e-6:
-        return Verdict(SMOKE, check, FAIL, ev + " (stuck at 1)", SMOKE_ACTIONS["reward1"])
-    return Verdict(SMOKE, check, PASS, ev)
+        return Verdict(EARLY, check, FAIL, ev + " (stuck at 1)", EARLY_ACTIONS["reward1"])
+    return Verdict(EARLY, check, PASS, ev)
 
 
-def smoke_boxed(log: MetricsLog, th: Thresholds) -> Verdict:
+def early_boxed(log: MetricsLog, th: Thresholds) -> Verdict:
     """Most responses box an answer, and that share is not falling."""
     check = "has_boxed > 50% and not falling"
     pts = _first(log, "has_boxed", th)
     if not pts:
-        return _missing(SMOKE, check, "has_boxed")
+        return _missing(EARLY, check, "has_boxed")
     vals = [v for _, v in pts]
     slope, se = trend(pts)
     ev = f"mean {_mean(vals):.0%}, {fmt(vals[0])} -> {fmt(vals[-1])}"
     if _mean(vals) <= 0.5:
-        return Verdict(SMOKE, check, FAIL, ev, SMOKE_ACTIONS["boxed"])
+        return Verdict(EARLY, check, FAIL, ev, EARLY_ACTIONS["boxed"])
     if slope < 0 and slope / se < -2 and vals[0] - vals[-1] > 0.1:
-        return Verdict(SMOKE, check, WARN, ev + " (falling)", SMOKE_ACTIONS["boxed"])
-    return Verdict(SMOKE, check, PASS, ev)
+        return Verdict(EARLY, check, WARN, ev + " (falling)", EARLY_ACTIONS["boxed"])
+    return Verdict(EARLY, check, PASS, ev)
 
 
-def smoke_grad_norm(log: MetricsLog, th: Thresholds) -> Verdict:
+def early_grad_norm(log: MetricsLog, th: Thresholds) -> Verdict:
     """Gradients reach the adapter (non-zero) without exploding (< 100)."""
     check = "grad_norm non-zero, < 100"
     raw = _first(log, "grad_norm", th, finite=False)
     if not raw:
-        return _missing(SMOKE, check, "grad_norm")
+        return _missing(EARLY, check, "grad_norm")
     vals = [v for _, v in raw]
     ev = f"steps {raw[0][0]}-{raw[-1][0]}: {', '.join(fmt(v) for v in vals)}"
     if any(not math.isfinite(v) for v in vals):
-        return Verdict(SMOKE, check, FAIL, ev + " (non-finite)", "LR too high / diverged.")
+        return Verdict(EARLY, check, FAIL, ev + " (non-finite)", "LR too high / diverged.")
     if max(vals) == 0:
-        return Verdict(SMOKE, check, FAIL, ev + " (zero)", SMOKE_ACTIONS["grad0"])
+        return Verdict(EARLY, check, FAIL, ev + " (zero)", EARLY_ACTIONS["grad0"])
     if statistics.median(vals) > 100:
-        return Verdict(SMOKE, check, FAIL, ev, SMOKE_ACTIONS["lr_high"])
+        return Verdict(EARLY, check, FAIL, ev, EARLY_ACTIONS["lr_high"])
     if max(vals) > 100:
-        return Verdict(SMOKE, check, WARN, ev + " (one step > 100)", "LR too high?")
-    return Verdict(SMOKE, check, PASS, ev)
+        return Verdict(EARLY, check, WARN, ev + " (one step > 100)", "LR too high?")
+    return Verdict(EARLY, check, PASS, ev)
 
 
-def smoke_advantage(log: MetricsLog, th: Thresholds) -> Verdict:
+def early_advantage(log: MetricsLog, th: Thresholds) -> Verdict:
     """Advantages are not all zero after the first step."""
     check = "advantage_std not stuck at 0"
     pts = _first(log, "advantage_std", th)
     if not pts:
-        return _missing(SMOKE, check, "advantage_std/group_reward_std")
+        return _missing(EARLY, check, "advantage_std/group_reward_std")
     ev = f"{log.key_for('advantage_std')}: {', '.join(fmt(v) for _, v in pts)}"
     if len(pts) < 2:
-        return Verdict(SMOKE, check, INFO, ev + " (only step 1 so far)")
+        return Verdict(EARLY, check, INFO, ev + " (only step 1 so far)")
     if max(abs(v) for _, v in pts[1:]) < 1e-8:
-        return Verdict(SMOKE, check, FAIL, ev, SMOKE_ACTIONS["adv0"])
-    return Verdict(SMOKE, check, PASS, ev)
+        return Verdict(EARLY, check, FAIL, ev, EARLY_ACTIONS["adv0"])
+    return Verdict(EARLY, check, PASS, ev)
 
 
 def _first_mean(log: MetricsLog, name: str, th: Thresholds) -> float | None:
@@ -292,33 +292,33 @@ def _first_mean(log: MetricsLog, name: str, th: Thresholds) -> float | None:
     return _mean([v for _, v in pts]) if pts else None
 
 
-def smoke_truncated(log: MetricsLog, th: Thresholds) -> Verdict:
+def early_truncated(log: MetricsLog, th: Thresholds) -> Verdict:
     """Most responses end within --generate_max_len."""
     check, m = "truncated < 50%", _first_mean(log, "truncated", th)
     if m is None:
-        return _missing(SMOKE, check, "truncated")
+        return _missing(EARLY, check, "truncated")
     bad = m > 0.5
     ev = f"{log.key_for('truncated')} mean {m:.0%}"
-    return Verdict(SMOKE, check, FAIL if bad else PASS, ev, SMOKE_ACTIONS["trunc"] if bad else "")
+    return Verdict(EARLY, check, FAIL if bad else PASS, ev, EARLY_ACTIONS["trunc"] if bad else "")
 
 
-def smoke_clip(log: MetricsLog, th: Thresholds) -> Verdict:
+def early_clip(log: MetricsLog, th: Thresholds) -> Verdict:
     """Fewer than 40% of tokens clipped (more means the LR moves the policy too far per step)."""
     check, m = "ppo_clip_ratio < 40%", _first_mean(log, "ppo_clip_ratio", th)
     if m is None:
-        return _missing(SMOKE, check, "ppo_clip_ratio")
+        return _missing(EARLY, check, "ppo_clip_ratio")
     if m > 0.4:
-        return Verdict(SMOKE, check, FAIL, f"mean {m:.1%}", SMOKE_ACTIONS["lr_high"])
+        return Verdict(EARLY, check, FAIL, f"mean {m:.1%}", EARLY_ACTIONS["lr_high"])
     note = " (~0 is expected with one optimizer step per rollout batch)" if m < 1e-3 else ""
-    return Verdict(SMOKE, check, PASS, f"mean {m:.1%}{note}")
+    return Verdict(EARLY, check, PASS, f"mean {m:.1%}{note}")
 
 
-SMOKE_RULES = (smoke_reward, smoke_boxed, smoke_grad_norm, smoke_advantage, smoke_truncated, smoke_clip)
+EARLY_RULES = (early_reward, early_boxed, early_grad_norm, early_advantage, early_truncated, early_clip)
 
 
-def smoke_tests(log: MetricsLog, th: Thresholds) -> list[Verdict]:
-    """The early smoke-test criteria over the first `smoke_steps` logged steps, one verdict per rule."""
-    return [rule(log, th) for rule in SMOKE_RULES]
+def early_checks(log: MetricsLog, th: Thresholds) -> list[Verdict]:
+    """The early checks over the first `early_steps` logged steps, one verdict per rule."""
+    return [rule(log, th) for rule in EARLY_RULES]
 
 
 # ---------------------------------------------------------------- policy movement
@@ -685,11 +685,11 @@ GUIDE_ACTIONS = {
 
 
 def boxed_steady_state(w: Window) -> Finding:
-    """has_boxed averaged over the last 5 steps, once past the smoke-test steps, stays above 90%."""
+    """has_boxed averaged over the last 5 steps, once past the early-check steps, stays above 90%."""
     pts = w.log.series("has_boxed")
     if not pts:
         return "has_boxed steady state (has_boxed)"
-    past = w.log.train_steps()[w.th.smoke_steps - 1] if len(w.log.train_steps()) >= w.th.smoke_steps else None
+    past = w.log.train_steps()[w.th.early_steps - 1] if len(w.log.train_steps()) >= w.th.early_steps else None
     steady = [(s, v) for s, v in pts if past is not None and s > past]
     if len(steady) < 5:
         return None
@@ -840,7 +840,7 @@ def diagnose(log: MetricsLog, spikes: Sequence[Spike] = (), th: Thresholds | Non
     th = th or Thresholds()
     return [
         agreement(log, th),
-        *smoke_tests(log, th),
+        *early_checks(log, th),
         movement(log, th),
         early_stop(log, th),
         *judge_failures(log, th),

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rft.io import atomic_write_json
 from rft.monitor.diagnosis import STOP, Verdict
+from rft.train.checkpoints import find_checkpoints
 
 STEP_RE = re.compile(r"^global_step(\d+)(_hf)?$")
 DRIVER_MARKERS = ("train_ppo_ray", "rft.launch")
@@ -43,8 +44,6 @@ def latest_checkpoint(ckpt_path: Path) -> int | None:
         m = STEP_RE.match(latest.read_text(encoding="utf-8").strip())
         if m:
             return int(m.group(1))
-    from rft.spare.watch import find_checkpoints
-
     found = find_checkpoints(ckpt_path) if ckpt_path.is_dir() else []
     return found[-1].step if found else None
 

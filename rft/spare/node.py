@@ -136,56 +136,21 @@ def load_config(
 
 
 # --- ssh -----------------------------------------------------------------------------------------
-# Remote scripts get user values only as positional args; `~/x` is expanded on the spare, not here.
-_EXPAND = 'x() { case $1 in "~") echo "$HOME";; "~/"*) echo "$HOME/${1#"~/"}";; *) echo "$1";; esac; }\n'
-_CD_REPO = _EXPAND + 'cd "$(x "$1")" 2>/dev/null || exit 97\n'
-CLI_SCRIPT = (
-    _CD_REPO
-    + """test -f spare.py || exit 98
-p=$(x "$2")
-command -v "$p" >/dev/null 2>&1 || exit 99
-exec "$p" spare.py --argv-b64 "$3"
-"""
-)
-READ_SCRIPT = _CD_REPO + 'exec cat -- "$(x "$2")"\n'  # a file on the spare, relative to its checkout
-PROBE_SCRIPT = (
-    _CD_REPO
-    + """git rev-parse --is-inside-work-tree >/dev/null 2>&1 || exit 96
-pwd -P
-git rev-parse -q --verify HEAD || echo
-git symbolic-ref -q --short HEAD || echo
-git for-each-ref --format='%(objectname)'
-"""
-)
-# stdin: a git bundle (or nothing when $4 = none). $2: the commit to land on, $3: branch ('' = detached).
-APPLY_SCRIPT = (
-    _CD_REPO
-    + """set -e
-new=$2 branch=$3
-if [ "$4" = bundle ]; then
-  b="$(git rev-parse --git-dir)/rft-sync.bundle"
-  cat > "$b"
-  git fetch -q "$b" "+HEAD:refs/rft/incoming"
-  rm -f "$b"
-fi
-git cat-file -e "$new^{commit}"
-old=$(git rev-parse -q --verify HEAD || true)
-if [ -n "$old" ] && ! git merge-base --is-ancestor "$old" "$new"; then exit 93; fi
-cur=$(git symbolic-ref -q --short HEAD || true)
-if [ -z "$branch" ]; then
-  git checkout -q --detach "$new"
-elif [ "$cur" = "$branch" ]; then
-  git merge -q --ff-only "$new"
-else
-  if have=$(git rev-parse -q --verify "refs/heads/$branch"); then
-    git merge-base --is-ancestor "$have" "$new" || exit 93
-  fi
-  git checkout -q -B "$branch" "$new"
-fi
-git update-ref -d refs/rft/incoming 2>/dev/null || true
-"""
-)
-MKDIR_SCRIPT = 'mkdir -p -- "$1"\n'
+# The scripts run on the spare are files beside this module, each sent as the files it is made of, joined, as
+# `sh -c SCRIPT rft ARGS...` (user values cross ssh only as positional args). IN_REPO, the prelude of those
+# that run in the spare's checkout, cds to $1 (exit 97 when it is missing) and defines `x`, which expands ~ there.
+IN_REPO = "in_repo.sh"
+CLI_SCRIPT = (IN_REPO, "remote_cli.sh")
+READ_SCRIPT = (IN_REPO, "read_file.sh")
+PROBE_SCRIPT = (IN_REPO, "probe_repo.sh")
+APPLY_SCRIPT = (IN_REPO, "apply_sync.sh")
+MKDIR_SCRIPT = ("make_dir.sh",)
+
+
+def remote_script(parts: Sequence[str]) -> str:
+    """The text of a remote script: its files under rft/spare/, read now and joined in order."""
+    here = Path(__file__).resolve().parent
+    return "".join((here / name).read_text(encoding="utf-8") for name in parts)
 
 
 class Spare:
@@ -213,15 +178,15 @@ class Spare:
 
     def script(
         self,
-        script: str,
+        script: Sequence[str],
         *args: str,
         input: bytes | None = None,
         capture: bool = True,
         tty: bool = False,
         timeout: float | None = None,
     ) -> subprocess.CompletedProcess:
-        """Run `sh -c script rft args...` on the spare; each arg crosses ssh quoted exactly once."""
-        remote = shlex.join(["sh", "-c", script, "rft", *args])
+        """Run `sh -c <remote_script(script)> rft args...` on the spare; each arg crosses ssh quoted exactly once."""
+        remote = shlex.join(["sh", "-c", remote_script(script), "rft", *args])
         stdin = None if tty or input is not None else subprocess.DEVNULL
         try:
             proc = subprocess.run(

@@ -19,62 +19,14 @@ from pathlib import Path
 from rft.eval.report import fig, pct
 from rft.io import atomic_write_json, atomic_write_text
 from rft.spare.jobs import JobError, JobInfo
+from rft.train.checkpoints import Checkpoint, find_checkpoints
 
-CKPT_RE = re.compile(r"^global_step(\d+)_hf$")
 STATE_NAME = "checkpoint_eval.json"
 TABLE_NAME = "checkpoint_eval.md"
-WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin", "model.safetensors", "pytorch_model.bin")
 
 
 class WatchError(RuntimeError):
     """A watch that cannot proceed; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """One HF checkpoint (a LoRA adapter or a full model) of the run."""
-
-    step: int
-    path: Path
-
-    @property
-    def name(self) -> str:
-        """The directory name, `global_stepN_hf`."""
-        return self.path.name
-
-    @property
-    def label(self) -> str:
-        """The model name given to eval_posthoc.py: `stepN`."""
-        return f"step{self.step}"
-
-
-def checkpoint_dirs(run_dir: Path) -> list[Path]:
-    """Where a run keeps its checkpoints: RUN_DIR itself (a CKPT_PATH) and RUN_DIR/ckpt (the small/CPU layout)."""
-    return [d for d in (run_dir, run_dir / "ckpt") if d.is_dir()]
-
-
-def is_complete(path: Path) -> bool:
-    """A checkpoint directory holding a config and weights (adapter or full model)."""
-    has_config = (path / "adapter_config.json").is_file() or (path / "config.json").is_file()
-    has_weights = any((path / f).is_file() for f in WEIGHT_FILES) or any(path.glob("model-*.safetensors"))
-    return has_config and has_weights
-
-
-def newest_mtime(path: Path) -> float:
-    """The newest modification time of the directory's files."""
-    return max((f.stat().st_mtime for f in path.rglob("*") if f.is_file()), default=path.stat().st_mtime)
-
-
-def find_checkpoints(run_dir: Path, settle_s: float = 0.0, now: float | None = None) -> list[Checkpoint]:
-    """Complete checkpoints whose files have not changed for `settle_s` seconds, by step."""
-    now = time.time() if now is None else now
-    found: dict[int, Checkpoint] = {}
-    for d in checkpoint_dirs(run_dir):
-        for p in d.iterdir():
-            m = CKPT_RE.match(p.name)
-            if m and p.is_dir() and is_complete(p) and now - newest_mtime(p) >= settle_s:
-                found.setdefault(int(m.group(1)), Checkpoint(int(m.group(1)), p.resolve()))
-    return [found[s] for s in sorted(found)]
 
 
 def run_label(run_dir: Path) -> str:
@@ -127,15 +79,10 @@ def parse_eval_options(opts: Sequence[str], run_name: str) -> EvalOptions:
 
 
 def eval_parser():
-    """eval_posthoc.py's own argument parser (the script at the repo root)."""
-    import importlib.util
+    """eval_posthoc.py's own argument parser (imported here only: the evaluation's imports are heavy)."""
+    from rft.eval.cli import build_parser
 
-    from rft.provenance import REPO_ROOT
-
-    spec = importlib.util.spec_from_file_location("eval_posthoc", REPO_ROOT / "eval_posthoc.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.build_parser()
+    return build_parser()
 
 
 class Target:

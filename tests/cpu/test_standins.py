@@ -13,7 +13,7 @@ import torch
 
 from rft.cpu import standins as cpu_standins
 from rft.cpu.local_ray import free_port
-from tests.support.tiny_model import build_tiny_model
+from rft.fixtures.tiny_model import build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 

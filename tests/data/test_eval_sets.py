@@ -12,7 +12,7 @@ from rft.data.eval_sets import EvalInput, build_eval_sets, load_integer_set
 from rft.data.sources import DataError, parse_source
 from rft.io import read_jsonl
 from rft.problems import problem_hash
-from tests.support.data_fixtures import (
+from rft.fixtures.data_fixtures import (
     AIME_S,
     APEX_S,
     GSM_TEST,

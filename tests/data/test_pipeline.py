@@ -15,6 +15,7 @@ import pytest
 
 from rft.data.config import DataConfig, Inputs
 from rft.data.eval_sets import build_eval_sets
+from rft.data import cli
 from rft.data.integer_answer import gsm8k_final_answer, parse_integer_answer
 from rft.data.pipeline import (
     BAND_FILE,
@@ -29,10 +30,7 @@ from rft.data.pipeline import (
 from rft.data.solutions import SFT_OK, last_boxed_content, sft_output
 from rft.data.sources import DataError, Source, load_hub_table, parse_source
 from rft.data.verify import verify
-from rft.io import read_jsonl, sha256_file
-from rft.problems import problem_hash
-from rft.prompts import strip_instruction
-from tests.support.data_fixtures import (
+from rft.fixtures.data_fixtures import (
     AIME,
     APEX,
     APEX_S,
@@ -48,16 +46,15 @@ from tests.support.data_fixtures import (
     write_eval_inputs,
     write_numina,
 )
-from tests.support.reward_files import load_file
+from rft.io import read_jsonl, sha256_file
+from rft.problems import problem_hash
+from rft.prompts import strip_instruction
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = [
     "--rl-pool-size", "40", "--sft-size", "12", "--sft-dev-size", "4", "--pool-subset-size", "8",
     "--probe-size", "6", "--aime-size", "4", "--ood-math-size", "10", "--gsm8k-eval-size", "5",
 ]  # fmt: skip
-
-
-CLI = load_file(ROOT / "prepare_sft_data.py", "prepare_sft_data")
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +77,7 @@ def _args(inputs, out: Path, *extra: str) -> list[str]:
 def run(inputs, tmp_path_factory):
     """One default run (seed 42, ID probe inside the pool)."""
     out = tmp_path_factory.mktemp("data-out")
-    assert CLI.main(_args(inputs, out)) == 0
+    assert cli.main(_args(inputs, out)) == 0
     return out
 
 
@@ -159,7 +156,7 @@ def test_each_stage_removes_the_planted_rows(run, inputs):
 
 def test_dedup_keeps_the_first_occurrence(run):
     """Duplicates differing in case/whitespace come after their originals: only original texts are written."""
-    from tests.support.data_fixtures import _good_problem, numina_rows
+    from rft.fixtures.data_fixtures import _good_problem, numina_rows
 
     rows = numina_rows()[0]
     revived = rows[-1]["problem"]  # the last fixture row survives dedup (its twin was removed at stage 4)
@@ -224,27 +221,27 @@ def test_labels_stay_strings_when_loaded_with_datasets(run, tmp_path):
 
 
 def test_same_seed_same_bytes_other_seed_other_pool(run, inputs, tmp_path):
-    assert CLI.main(_args(inputs, tmp_path / "again")) == 0
+    assert cli.main(_args(inputs, tmp_path / "again")) == 0
     for name in [*FILES, "REPORT.md", "report.json", "MANIFEST.json"]:
         assert (tmp_path / "again" / name).read_bytes() == (run / name).read_bytes(), name
-    assert CLI.main(_args(inputs, tmp_path / "other", "--seed", "7")) == 0
+    assert cli.main(_args(inputs, tmp_path / "other", "--seed", "7")) == 0
     assert (tmp_path / "other" / "sft_rl_pool.jsonl").read_bytes() != (run / "sft_rl_pool.jsonl").read_bytes()
-    assert CLI.main(["--verify", "--out-dir", str(tmp_path / "other")]) == 0
+    assert cli.main(["--verify", "--out-dir", str(tmp_path / "other")]) == 0
 
 
 def test_held_out_probe_is_outside_every_training_file(inputs, tmp_path):
-    assert CLI.main(_args(inputs, tmp_path, "--probe-id-mode", "held-out", "--skip-gsm8k")) == 0
+    assert cli.main(_args(inputs, tmp_path, "--probe-id-mode", "held-out", "--skip-gsm8k")) == 0
     probe = _hashes(tmp_path / "probe_set_200.jsonl")
     assert len(probe) == 6
     for name in ("sft_rl_pool.jsonl", "sft_train.jsonl", "sft_dev.jsonl"):
         assert not probe & _hashes(tmp_path / name)
     assert "HELD OUT" in (tmp_path / "REPORT.md").read_text()
     assert not any((tmp_path / n).exists() for n in GSM8K_FILES)
-    assert CLI.main(["--verify", "--out-dir", str(tmp_path)]) == 0
+    assert cli.main(["--verify", "--out-dir", str(tmp_path)]) == 0
 
 
 def test_no_require_valid_keeps_flagged_rows(inputs, tmp_path):
-    assert CLI.main(_args(inputs, tmp_path, "--no-require-valid")) == 0
+    assert cli.main(_args(inputs, tmp_path, "--no-require-valid")) == 0
     report = json.loads((tmp_path / "report.json").read_text())
     stages = {s["key"]: s["removed"] for s in report["stages"]}
     n_invalid = inputs[0].removed["valid"]
@@ -263,7 +260,7 @@ def _copy_run(run: Path, dest: Path) -> Path:
 
 
 def test_verify_passes_on_a_fresh_run(run, capsys):
-    assert CLI.main(["--verify", "--out-dir", str(run)]) == 0
+    assert cli.main(["--verify", "--out-dir", str(run)]) == 0
     assert "0 failed" in capsys.readouterr().out
 
 
@@ -274,7 +271,7 @@ def test_verify_catches_a_corrupted_file(run, tmp_path):
     row = json.loads(lines[0])
     row["label"] = int(row["label"])  # the exact corruption that makes `datasets` infer integers
     pool.write_text("\n".join([json.dumps(row), *lines[1:]]) + "\n")
-    assert CLI.main(["--verify", "--out-dir", str(out)]) == 1
+    assert cli.main(["--verify", "--out-dir", str(out)]) == 1
     failed = {c.name: c.detail for c in verify(out) if not c.ok}
     assert set(failed) == {"sft_rl_pool.jsonl sha256", "sft_rl_pool.jsonl keys, string labels, inputs"}
     assert "sft_rl_pool.jsonl:1: label" in failed["sft_rl_pool.jsonl keys, string labels, inputs"]
@@ -289,7 +286,7 @@ def test_verify_catches_a_leaked_eval_problem_even_with_a_matching_manifest(run,
     manifest = json.loads((out / "MANIFEST.json").read_text())
     manifest["files"]["sft_rl_pool.jsonl"].update(rows=41, sha256=sha256_file(pool))
     (out / "MANIFEST.json").write_text(json.dumps(manifest))
-    assert CLI.main(["--verify", "--out-dir", str(out)]) == 1
+    assert cli.main(["--verify", "--out-dir", str(out)]) == 1
     failed = {c.name: c.detail for c in verify(out) if not c.ok}
     assert set(failed) == {
         "aime_eval.jsonl in no training file",
@@ -301,9 +298,9 @@ def test_verify_catches_a_leaked_eval_problem_even_with_a_matching_manifest(run,
 def test_verify_catches_a_missing_file_and_a_missing_manifest(run, tmp_path):
     out = _copy_run(run, tmp_path / "out")
     (out / "aime_eval.jsonl").unlink()
-    assert CLI.main(["--verify", "--out-dir", str(out)]) == 1
+    assert cli.main(["--verify", "--out-dir", str(out)]) == 1
     (out / "MANIFEST.json").unlink()
-    assert CLI.main(["--verify", "--out-dir", str(out)]) == 1
+    assert cli.main(["--verify", "--out-dir", str(out)]) == 1
 
 
 # ----------------------------------------------------------------------------------------- bad input
@@ -322,7 +319,7 @@ def test_missing_column_names_file_and_column_and_keeps_previous_files(run, inpu
     pq.write_table(pq.read_table(shard).drop_columns(["solution_is_valid"]), shard)
     args = _args(inputs, out)
     args[args.index("--numina") + 1] = str(bad)
-    assert CLI.main(args) == 1
+    assert cli.main(args) == 1
     err = capsys.readouterr().err
     assert str(shard) in err and "solution_is_valid" in err
     assert _snapshot(out) == before
@@ -335,7 +332,7 @@ def test_unreadable_shard_is_named(inputs, tmp_path, capsys):
     shard.write_bytes(b"this is not parquet")
     args = _args(inputs, tmp_path / "out")
     args[args.index("--numina") + 1] = str(bad)
-    assert CLI.main(args) == 1
+    assert cli.main(args) == 1
     assert str(shard) in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -351,7 +348,7 @@ def test_wrong_column_type_is_named(inputs, tmp_path, capsys):
     )
     args = _args(inputs, tmp_path / "out")
     args[args.index("--numina") + 1] = str(bad)
-    assert CLI.main(args) == 1
+    assert cli.main(args) == 1
     err = capsys.readouterr().err
     assert "problem_is_valid" in err and "bool" in err
 
@@ -361,20 +358,20 @@ def test_aime_without_answers_is_an_error_naming_file_and_column(inputs, tmp_pat
     no_answers.write_text(json.dumps({"Problem": "Find x."}) + "\n")
     args = _args(inputs, tmp_path / "out")
     args[args.index("--aime") + 1] = str(no_answers)
-    assert CLI.main(args) == 1
+    assert cli.main(args) == 1
     err = capsys.readouterr().err
     assert str(no_answers) in err and "'answer'" in err
     empty = tmp_path / "aime_empty.jsonl"
     empty.write_text(json.dumps({"problem": "Find x.", "answer": ""}) + "\n")
     args[args.index("--aime") + 1] = str(empty)
-    assert CLI.main(args) == 1
+    assert cli.main(args) == 1
     assert "row 0" in capsys.readouterr().err
 
 
 def test_too_few_eligible_rows_names_the_flag(inputs, tmp_path, capsys):
-    assert CLI.main(_args(inputs, tmp_path / "out", "--rl-pool-size", "5000")) == 1
+    assert cli.main(_args(inputs, tmp_path / "out", "--rl-pool-size", "5000")) == 1
     assert "--rl-pool-size" in capsys.readouterr().err
-    assert CLI.main(_args(inputs, tmp_path / "out", "--aime-size", "50")) == 1
+    assert cli.main(_args(inputs, tmp_path / "out", "--aime-size", "50")) == 1
     assert "--aime-size" in capsys.readouterr().err
 
 
@@ -403,7 +400,7 @@ def test_help_explains_every_flag():
     # argparse lists every flag whatever its help says, so the check is that each flag's own help text is shown
     # (whitespace dropped: argparse re-wraps lines); the script's --help is this parser's
     shown = "".join(out.split())
-    parser = CLI.build_parser()
+    parser = cli.build_parser()
     for action in parser._actions:
         assert action.help and action.help != "==SUPPRESS==", action.option_strings
         assert "".join(action.help.split()) in shown, action.option_strings
@@ -429,7 +426,7 @@ def test_pass_rate_band_pool_is_a_verified_subset_with_its_histogram(run, inputs
     path = tmp_path / "pass_rates.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rates))
     out = tmp_path / "out"
-    assert CLI.main(_args(inputs, out, "--pass-rates", str(path), "--pass-order", "easy-first")) == 0
+    assert cli.main(_args(inputs, out, "--pass-rates", str(path), "--pass-order", "easy-first")) == 0
     band = read_jsonl(out / BAND_FILE)
     rate_of = {r["problem_hash"]: r["pass_rate"] for r in rates}
     expected = [r for i, r in enumerate(pool) if i % 7 and levels[i % 5] not in (0.0, 1.0)]
@@ -443,21 +440,21 @@ def test_pass_rate_band_pool_is_a_verified_subset_with_its_histogram(run, inputs
     manifest = json.loads((out / "MANIFEST.json").read_text())
     assert manifest["files"][BAND_FILE]["subset_of"] == "sft_rl_pool.jsonl"
     assert (out / "sft_rl_pool.jsonl").read_bytes() == (run / "sft_rl_pool.jsonl").read_bytes()  # pool unchanged
-    assert CLI.main(["--verify", "--out-dir", str(out)]) == 0
+    assert cli.main(["--verify", "--out-dir", str(out)]) == 0
     assert f"{BAND_FILE} inside sft_rl_pool.jsonl" in {c.name for c in verify(out) if c.ok}
     # a narrower band, and a band holding nothing
-    assert CLI.main(_args(inputs, tmp_path / "narrow", "--pass-rates", str(path), "--pass-band", "0.4", "0.6")) == 0
+    assert cli.main(_args(inputs, tmp_path / "narrow", "--pass-rates", str(path), "--pass-band", "0.4", "0.6")) == 0
     assert len((tmp_path / "narrow" / BAND_FILE).read_text().splitlines()) == sum(
         1 for i in range(len(pool)) if i % 7 and levels[i % 5] == 0.5)
-    assert CLI.main(_args(inputs, tmp_path / "none", "--pass-rates", str(path), "--pass-band", "0.6", "0.7")) == 1
+    assert cli.main(_args(inputs, tmp_path / "none", "--pass-rates", str(path), "--pass-band", "0.6", "0.7")) == 1
     path.write_text('{"problem_hash": "x", "pass_rate": 3}\n')
-    assert CLI.main(_args(inputs, tmp_path / "bad", "--pass-rates", str(path))) == 1
+    assert cli.main(_args(inputs, tmp_path / "bad", "--pass-rates", str(path))) == 1
     assert "pass_rate in [0, 1]" in capsys.readouterr().err
 
 
 def test_help_documents_the_pass_rate_input(capsys):
     with pytest.raises(SystemExit):
-        CLI.main(["--help"])
+        cli.main(["--help"])
     text = capsys.readouterr().out
     assert "--pass-rates" in text and "eval_posthoc.py --pass-rates" in text and "--pass-band" in text
 

@@ -16,8 +16,8 @@ from rft.eval.generation import (
     vllm_engine_kwargs,
     vllm_sampling_kwargs,
 )
+from rft.fixtures.tiny_model import build_tiny_model, build_tokenizer
 from rft.prompts import build_input, chat_template_kwargs, encode_prompt
-from tests.support.tiny_model import build_tiny_model, build_tokenizer
 
 
 def req(temperature: float, seed: int = 5, max_new_tokens: int = 12, sample_index: int = 0) -> Request:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from rft.fixtures.tiny_model import VLLM_HIDDEN, build_tiny_model, fabricate_lora_adapter
+from rft.fixtures.vllm_engine import CPU_ENV
 from rft.prompts import build_input
-from tests.support.tiny_model import VLLM_HIDDEN, build_tiny_model, fabricate_lora_adapter
-from tests.support.vllm_engine import CPU_ENV
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ import torch
 
 from rft.eval import merge
 from rft.eval.merge import MergeError, base_load_kwargs, resolve_base, resolve_model
+from rft.fixtures.tiny_model import build_tiny_model, fabricate_lora_adapter
 from rft.mxfp4 import quant_method
-from tests.support.tiny_model import build_tiny_model, fabricate_lora_adapter
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +247,7 @@ def test_mxfp4_base_is_dequantized_then_merged(tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from tests.support.mxfp4_fixtures import build_mxfp4_checkpoint
+    from rft.fixtures.mxfp4_fixtures import build_mxfp4_checkpoint
 
     base = tmp_path / "gpt-oss-mxfp4"
     expected = build_mxfp4_checkpoint(base)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from rft.eval import cli
 from rft.eval.generation import HFBackend, Request
 from rft.eval.merge import resolve_model
 from rft.eval.modes import (
@@ -30,6 +31,7 @@ from rft.eval.modes import (
     resolve_dataset,
     run_evaluation,
 )
+from rft.fixtures.tiny_model import build_tiny_model, build_tokenizer, fabricate_lora_adapter
 from rft.prompts import (
     DEFAULT_CHAT_DATE,
     build_input,
@@ -38,13 +40,10 @@ from rft.prompts import (
     render_prompt,
 )
 from rft.reward.exact_match import grade
-from tests.support.reward_files import load_file
-from tests.support.tiny_model import build_tiny_model, build_tokenizer, fabricate_lora_adapter
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-eval_posthoc = load_file(ROOT / "eval_posthoc.py", "eval_posthoc")
 QUESTIONS = [
     f"What is {a}+{b}?" for a, b in [(2, 3), (7, 6), (4, 9), (11, 5), (1, 1), (8, 12), (3, 14), (20, 0)]
 ]
@@ -453,7 +452,7 @@ def test_bad_input_exits_2_and_names_it(world, tmp_path, capsys):
             "hf",
             *extra,
         ]
-        assert eval_posthoc.main(args) == 2
+        assert cli.main(args) == 2
         return capsys.readouterr().err
 
     no_weights = tmp_path / "no_weights"
@@ -485,7 +484,7 @@ def test_bad_input_exits_2_and_names_it(world, tmp_path, capsys):
 
 
 def test_help_documents_every_flag():
-    parser = eval_posthoc.build_parser()
+    parser = cli.build_parser()
     flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]
     assert len(flags) >= 20
     for action in flags:

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from rft.eval import cli
 from rft.eval.pass_rates import ROW_KEYS, PassRateConfig, compute_pass_rates
+from rft.fixtures.tiny_model import build_tiny_model
 from rft.io import atomic_write_jsonl, read_jsonl
 from rft.problems import problem_hash
 from rft.prompts import build_input
-from tests.support.reward_files import load_file
-from tests.support.tiny_model import build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
-eval_posthoc = load_file(ROOT / "eval_posthoc.py", "eval_posthoc")
 
 
 @pytest.fixture(scope="module")
@@ -70,21 +69,21 @@ def test_chunks_are_cached_and_a_lost_chunk_is_redone(tiny, tmp_path):
 def test_the_cli_writes_the_pass_rate_file(tiny, tmp_path, capsys):
     model, pool = tiny
     out = tmp_path / "pass_rates.jsonl"
-    rc = eval_posthoc.main(["--model", f"base={model}", "--dataset", str(pool), "--pass-rates", str(out),
+    rc = cli.main(["--model", f"base={model}", "--dataset", str(pool), "--pass-rates", str(out),
                             "--pass-rate-samples", "2", "--pass-rate-max-tokens", "8", "--backend", "hf",
                             "--run-dir", str(tmp_path / "run"), "--device", "cpu"])  # fmt: skip
     assert rc == 0 and len(read_jsonl(out)) == 5
     settings = json.loads(next((tmp_path / "run" / "pass_rates").glob("*/settings.json")).read_text())
     assert settings["samples"] == 2 and settings["temperature"] == 1.0 and settings["max_new_tokens"] == 8
-    assert eval_posthoc.main(["--model", f"a={model}", "--model", f"b={model}", "--dataset", str(pool),
+    assert cli.main(["--model", f"a={model}", "--model", f"b={model}", "--dataset", str(pool),
                               "--pass-rates", str(out)]) == 2  # fmt: skip
     assert "exactly one --model" in capsys.readouterr().err
     # --chat-date today: the template's real date, which the cache records; a malformed date: exit 2, no model
-    today = eval_posthoc.main(["--model", f"base={model}", "--dataset", str(pool), "--pass-rates", str(out),
+    today = cli.main(["--model", f"base={model}", "--dataset", str(pool), "--pass-rates", str(out),
                                "--pass-rate-samples", "1", "--pass-rate-max-tokens", "4", "--backend", "hf",
                                "--run-dir", str(tmp_path / "today"), "--device", "cpu", "--chat-date", "today"])  # fmt: skip
     settings = json.loads(next((tmp_path / "today" / "pass_rates").glob("*/settings.json")).read_text())
     assert today == 0 and settings["chat_date"] == datetime.date.today().isoformat()
-    assert eval_posthoc.main(["--model", f"base={model}", "--dataset", str(pool), "--pass-rates", str(out),
+    assert cli.main(["--model", f"base={model}", "--dataset", str(pool), "--pass-rates", str(out),
                               "--chat-date", "24/11/2026", "--backend", "hf"]) == 2  # fmt: skip
     assert "--chat-date '24/11/2026'" in capsys.readouterr().err

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from rft.fixtures.judge_server import JudgeServer
 from rft.launch.judge_check import judge_rule, uses_judge
 from rft.launch.rules import Report
-from tests.support.judge_server import JudgeServer
-from tests.support.reward_files import write_reward_toml
+from rft.fixtures.reward_files import write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 

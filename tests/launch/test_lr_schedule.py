@@ -18,6 +18,7 @@ import pytest
 import torch
 from transformers import get_scheduler
 
+from rft.fixtures.patched_openrlhf import stub_env
 from rft.io import atomic_write_jsonl
 from rft.launch import lr_schedule
 from rft.launch.lr_schedule import (
@@ -36,7 +37,6 @@ from rft.launch.lr_schedule import (
     suggest,
 )
 from rft.launch.openrlhf_cli import known_flags, parse_args
-from tests.support.patched_openrlhf import stub_env
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_S = 30  # far above any fast test here (about 1 s on 2 busy cores)

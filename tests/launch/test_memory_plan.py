@@ -129,7 +129,7 @@ def test_the_compiled_entropy_keeps_no_softmax(patched_openrlhf):
     """OpenRLHF's @torch.compile'd compute_entropy (what return_entropy=True runs at --entropy_loss_coef 0) saves
     for its backward the logits themselves and per-row values only; its eager body would save the softmax.
     In a subprocess: the CPU suite turns torch.compile off (TORCHDYNAMO_DISABLE), a GPU run has it on."""
-    from tests.support.patched_openrlhf import stub_env
+    from rft.fixtures.patched_openrlhf import stub_env
 
     env = {k: v for k, v in stub_env(patched_openrlhf).items() if k != "TORCHDYNAMO_DISABLE"}
     res = subprocess.run([sys.executable, "-c", ENTROPY_SAVES], capture_output=True, text=True, env=env, timeout=600)

@@ -13,7 +13,7 @@ import pytest
 from rft.io import atomic_write_jsonl
 from rft.launch import rules
 from rft.launch.openrlhf_cli import FlagError, parse_args
-from tests.support.reward_files import write_reward_toml
+from rft.fixtures.reward_files import write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -140,7 +140,7 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
         for row in rows:
             row.update(policy_loss=None, kl=None, vllm_kl=None)
         evals = {}
-    elif name == "smoke_fail":
+    elif name == "early_fail":
         rows = [base_row(s, rng) for s in range(1, 7)]
         for row in rows:
             row.update(reward=0.0, reward_mean=0.0, correctness=0.0, has_boxed=0.25, truncated=0.65)
@@ -161,7 +161,7 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
                        reward_mean_wrong=0.1 + 0.003 * s)  # fmt: skip
         evals = _binomial_scores(rng, lambda s: 0.38 + 0.004 * s)
     elif name == "format_drift":
-        # has_boxed slides from 93% to ~80% after step 15: above the smoke test's 50%, below the guide's 90%.
+        # has_boxed slides from 93% to ~80% after step 15: above the early check's 50%, below the guide's 90%.
         rows = [base_row(s, rng) for s in range(1, STEPS + 1)]
         for row in rows:
             row["has_boxed"] = _clip(0.93 - 0.006 * max(0, row["global_step"] - 15) + rng.gauss(0, 0.005))
@@ -225,7 +225,7 @@ def scenario(name: str) -> tuple[list[dict], list[dict]]:
 
 
 SCENARIOS = ("healthy", "flat", "spiking", "hacking", "collapsing", "unstable", "truncating", "early_stop",
-             "broken_sync", "sync_drift", "nan_loss", "smoke_fail", "upstream_only", "judge_failing", "judge_pleasing",
+             "broken_sync", "sync_drift", "nan_loss", "early_fail", "upstream_only", "judge_failing", "judge_pleasing",
              "format_drift", "ratio_tail", "negative_ppo_kl", "reward_dropout", "showcase", "showcase_no_baseline",
              "uniform_groups")
 

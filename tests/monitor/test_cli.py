@@ -24,13 +24,21 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize(
     "name,code",
     [("healthy", 0), ("flat", 1), ("spiking", 1), ("hacking", 1), ("collapsing", 1), ("unstable", 1), ("truncating", 1), ("early_stop", 2),
-     ("broken_sync", 2), ("smoke_fail", 2), ("upstream_only", 0), ("corrupted", 2)],
+     ("broken_sync", 2), ("early_fail", 2), ("upstream_only", 0), ("corrupted", 2)],
 )
 def test_check_exit_codes(name, code, tmp_path, capsys):
     d = write_scenario(name, tmp_path / name)
     assert main([str(d), "--check"]) == code
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[1] == "agreement:"  # rollout/trainer agreement always first
+
+
+def test_early_steps_sets_the_steps_the_early_checks_judge(tmp_path, capsys):
+    d = write_scenario("early_fail", tmp_path / "e")
+    main([str(d), "--check"])
+    assert "FAIL    early-checks: reward_mean not stuck at 0/1: steps 1-6: " in capsys.readouterr().out
+    main([str(d), "--check", "--early-steps", "3"])
+    assert "FAIL    early-checks: reward_mean not stuck at 0/1: steps 1-3: 0, 0, 0 (stuck at 0)" in capsys.readouterr().out
 
 
 def test_corrupted_log_is_read_without_crashing(tmp_path):
@@ -221,7 +229,7 @@ def test_monitor_sh_without_a_directory_finds_the_latest_run_of_this_checkout(tm
     none = check()
     assert none.returncode == 2 and f"no run of this checkout in {scratch}/rft_metrics/*, {runs}/*/metrics" in none.stderr
     _run_dir(scratch / "rft_metrics" / "a29", str(ROOT), age=600, scenario="early_stop")
-    _run_dir(scratch / "rft_metrics" / "elsewhere", "/some/other/checkout", age=0, scenario="smoke_fail")
+    _run_dir(scratch / "rft_metrics" / "elsewhere", "/some/other/checkout", age=0, scenario="early_fail")
     res = check()
     assert f"latest run of this checkout: {scratch}/rft_metrics/a29" in res.stderr
     assert res.returncode == 2 and "STOP" in res.stdout

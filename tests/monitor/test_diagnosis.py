@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rft.monitor.diagnosis import (
+    EARLY_ACTIONS,
     FAIL,
     GUIDE_ACTIONS,
     INFO,
@@ -17,7 +18,6 @@ from rft.monitor.diagnosis import (
     PASS,
     PLAYBOOK,
     SINK_OR_SYNC,
-    SMOKE_ACTIONS,
     STOP,
     WARN,
     Thresholds,
@@ -46,7 +46,7 @@ EXPECTED = {
     "broken_sync": (2, {"rollout/trainer agreement": FAIL}),
     "nan_loss": (2, {"non-finite values": FAIL, "flat learning": WARN}),  # a NaN run learns nothing
     "sync_drift": (2, {"rollout/trainer agreement": FAIL, "flat learning": WARN}),  # rollouts from the base model
-    "smoke_fail": (2, {"reward_mean not stuck at 0/1": FAIL, "has_boxed > 50% and not falling": FAIL,
+    "early_fail": (2, {"reward_mean not stuck at 0/1": FAIL, "has_boxed > 50% and not falling": FAIL,
                        "truncated < 50%": FAIL}),
     "upstream_only": (0, {"grad_norm non-zero, < 100": MISSING, "has_boxed > 50% and not falling": MISSING}),
     "judge_failing": (1, {"judge failure rate": WARN, "wrong answers paid above their group": PASS}),
@@ -170,7 +170,7 @@ def test_zero_kl_means_no_reference_not_stuck():
     assert v.status == MISSING and "no reference model" in v.evidence
 
 
-def test_grad_norm_smoke_test_cases():
+def test_grad_norm_early_check_cases():
     def verdict(values):
         log = MetricsLog()
         for s, g in enumerate(values, start=1):
@@ -190,25 +190,25 @@ def test_trend_slope_and_error():
     assert trend([(1, 0.0), (2, 1.0)])[1] == float("inf")
 
 
-def _smoke(rows: list[dict]) -> dict:
+def _early(rows: list[dict]) -> dict:
     log = MetricsLog()
     for s, row in enumerate(rows, start=1):
         log.add({"global_step": s, **row}, "x")
     return {v.check: v for v in diagnose(log)}
 
 
-def test_smoke_tests_give_the_playbook_action():
-    v = _smoke([{"reward": 1.0}] * 6)["reward_mean not stuck at 0/1"]
+def test_early_checks_give_the_playbook_action():
+    v = _early([{"reward": 1.0}] * 6)["reward_mean not stuck at 0/1"]
     assert v.status == FAIL and "stuck at 1" in v.evidence and "too easy" in v.action
-    v = _smoke([{"has_boxed": b} for b in (0.95, 0.9, 0.85, 0.8, 0.72, 0.66)])["has_boxed > 50% and not falling"]
+    v = _early([{"has_boxed": b} for b in (0.95, 0.9, 0.85, 0.8, 0.72, 0.66)])["has_boxed > 50% and not falling"]
     assert v.status == WARN and "falling" in v.evidence and "train_sft.sh" in v.action
-    v = _smoke([{"group_reward_std": 0.0}] * 6)["advantage_std not stuck at 0"]
+    v = _early([{"group_reward_std": 0.0}] * 6)["advantage_std not stuck at 0"]
     assert v.status == FAIL and "Advantage computation bug" in v.action
-    assert _smoke([{"group_reward_std": 0.0}] + [{"group_reward_std": 0.3}] * 5)[
+    assert _early([{"group_reward_std": 0.0}] + [{"group_reward_std": 0.3}] * 5)[
         "advantage_std not stuck at 0"].status == PASS
-    v = _smoke([{"ppo_clip_ratio": 0.55}] * 6)["ppo_clip_ratio < 40%"]
+    v = _early([{"ppo_clip_ratio": 0.55}] * 6)["ppo_clip_ratio < 40%"]
     assert v.status == FAIL and "--actor_learning_rate" in v.action
-    assert _smoke([{"truncated": 0.2}] * 6)["truncated < 50%"].status == PASS
+    assert _early([{"truncated": 0.2}] * 6)["truncated < 50%"].status == PASS
 
 
 def test_guide_thresholds_name_their_steps(tmp_path):
@@ -241,23 +241,23 @@ def test_reward_zero_mid_run_cases():
     assert recovered.status == WARN and "0 at steps 6-8," in recovered.evidence
     assert verdict(learning[:5] + [0.0, 0.0] + learning[7:]) is None  # two zero steps: a hard batch, not a break
     assert verdict(learning[:7] + [0.0, 0.0, 0.0]).status == FAIL
-    # Zero from the first step is the smoke test's FAIL, not a drop.
+    # Zero from the first step is the early check's FAIL, not a drop.
     by = {v.check: v for v in diagnose(_rows(reward=[0.0] * 10))}
     assert "reward not dropping to 0" not in by and by["reward_mean not stuck at 0/1"].status == FAIL
 
 
-def test_boxed_steady_state_waits_past_the_smoke_steps():
+def test_boxed_steady_state_waits_past_the_early_steps():
     def verdict(boxed):
         return {v.check: v for v in diagnose(_rows(reward=[0.3] * len(boxed), has_boxed=boxed))}.get(
             "has_boxed >= 90% in steady state")
 
     assert verdict([0.8] * 10) is None  # 4 steps past the first 6: not yet a steady state
     assert verdict([0.8] * 11).status == WARN
-    assert verdict([0.7] * 6 + [0.95] * 5) is None  # learnt the format after the smoke steps
+    assert verdict([0.7] * 6 + [0.95] * 5) is None  # learnt the format after the early steps
 
 
 def test_step0_eval_is_a_baseline_not_a_training_step(tmp_path):
-    """The eval-only record at step 0 leaves the smoke tests' six steps alone and starts the probe's trend."""
+    """The eval-only record at step 0 leaves the early checks' six steps alone and starts the probe's trend."""
     log = read_metrics(write_scenario("showcase", tmp_path / "s"))
     assert log.steps()[0] == 0 and log.train_steps()[0] == 1 and len(log.train_steps()) == 32
     by = {v.check: v for v in diagnose(log)}
@@ -317,91 +317,91 @@ def _log(evals: dict[int, float] | None = None, probe: str = "eval_ood_pass1", *
 AGREE = "Stop and verify trainer vs vLLM log-probs after a sync before burning compute."
 NOT_MOVING = "Learning rate too low for LoRA: raise it (5e-7 -> 1e-6 -> 2e-6); check LR warmup reached target."
 STOP_ACTION = "Stop training; evaluate the best checkpoint post hoc (AIME + ID probe) on the spare."
-SMOKE_REWARD, SMOKE_BOXED, SMOKE_GRAD = "reward_mean not stuck at 0/1", "has_boxed > 50% and not falling", \
+EARLY_REWARD, EARLY_BOXED, EARLY_GRAD = "reward_mean not stuck at 0/1", "has_boxed > 50% and not falling", \
     "grad_norm non-zero, < 100"
-SMOKE_ADV, SMOKE_TRUNC, SMOKE_CLIP = "advantage_std not stuck at 0", "truncated < 50%", "ppo_clip_ratio < 40%"
+EARLY_ADV, EARLY_TRUNC, EARLY_CLIP = "advantage_std not stuck at 0", "truncated < 50%", "ppo_clip_ratio < 40%"
 AGREEMENT, MOVING, EARLY = "rollout/trainer agreement", "policy moving from reference", "OOD probe early stopping"
 
 # (check, log, thresholds, status, evidence, action): the whole verdict a user reads, at and around each threshold.
 VERDICT_TEXT = {
-    "reward all 0": (SMOKE_REWARD, lambda: _log(reward=[0.0] * 6), {}, FAIL,
-                     "steps 1-6: 0, 0, 0, 0, 0, 0 (stuck at 0)", SMOKE_ACTIONS["reward0"]),
-    "reward at the zero tolerance": (SMOKE_REWARD, lambda: _log(reward=[1e-6] * 6), {}, FAIL,
+    "reward all 0": (EARLY_REWARD, lambda: _log(reward=[0.0] * 6), {}, FAIL,
+                     "steps 1-6: 0, 0, 0, 0, 0, 0 (stuck at 0)", EARLY_ACTIONS["reward0"]),
+    "reward at the zero tolerance": (EARLY_REWARD, lambda: _log(reward=[1e-6] * 6), {}, FAIL,
                                      "steps 1-6: " + ", ".join(["1.00e-06"] * 6) + " (stuck at 0)",
-                                     SMOKE_ACTIONS["reward0"]),
-    "reward above the zero tolerance": (SMOKE_REWARD, lambda: _log(reward=[0.0] * 5 + [2e-6]), {}, PASS,
+                                     EARLY_ACTIONS["reward0"]),
+    "reward above the zero tolerance": (EARLY_REWARD, lambda: _log(reward=[0.0] * 5 + [2e-6]), {}, PASS,
                                         "steps 1-6: 0, 0, 0, 0, 0, 2.00e-06", ""),
-    "reward at the one tolerance": (SMOKE_REWARD, lambda: _log(reward=[1 - 1e-6] * 6), {}, FAIL,
-                                    "steps 1-6: 1, 1, 1, 1, 1, 1 (stuck at 1)", SMOKE_ACTIONS["reward1"]),
-    "reward below the one tolerance": (SMOKE_REWARD, lambda: _log(reward=[1.0] * 5 + [0.999]), {}, PASS,
+    "reward at the one tolerance": (EARLY_REWARD, lambda: _log(reward=[1 - 1e-6] * 6), {}, FAIL,
+                                    "steps 1-6: 1, 1, 1, 1, 1, 1 (stuck at 1)", EARLY_ACTIONS["reward1"]),
+    "reward below the one tolerance": (EARLY_REWARD, lambda: _log(reward=[1.0] * 5 + [0.999]), {}, PASS,
                                        "steps 1-6: 1, 1, 1, 1, 1, 0.999", ""),
-    "reward judged on the first 6 steps": (SMOKE_REWARD, lambda: _log(reward=[0.2, 0.3, 0.25, 0.4, 0.35, 0.5, 0.0, 0.0]),
+    "reward judged on the first 6 steps": (EARLY_REWARD, lambda: _log(reward=[0.2, 0.3, 0.25, 0.4, 0.35, 0.5, 0.0, 0.0]),
                                            {}, PASS, "steps 1-6: 0.2, 0.3, 0.25, 0.4, 0.35, 0.5", ""),
-    "reward with a non-finite step": (SMOKE_REWARD, lambda: _log(reward=[0.2, None, 0.3, 0.3, 0.3, 0.3]), {}, PASS,
+    "reward with a non-finite step": (EARLY_REWARD, lambda: _log(reward=[0.2, None, 0.3, 0.3, 0.3, 0.3]), {}, PASS,
                                       "steps 1-6: 0.2, 0.3, 0.3, 0.3, 0.3", ""),
-    "reward missing": (SMOKE_REWARD, lambda: _log(grad_norm=[1.0] * 6), {}, MISSING,
+    "reward missing": (EARLY_REWARD, lambda: _log(grad_norm=[1.0] * 6), {}, MISSING,
                        "reward_mean/reward not in the log", ""),
-    "boxed at 50%": (SMOKE_BOXED, lambda: _log(has_boxed=[0.5] * 6), {}, FAIL, "mean 50%, 0.5 -> 0.5",
-                     SMOKE_ACTIONS["boxed"]),
-    "boxed above 50%": (SMOKE_BOXED, lambda: _log(has_boxed=[0.55] * 6), {}, PASS, "mean 55%, 0.55 -> 0.55", ""),
-    "boxed falling": (SMOKE_BOXED, lambda: _log(has_boxed=[0.95, 0.9, 0.85, 0.8, 0.72, 0.66]), {}, WARN,
-                      "mean 81%, 0.95 -> 0.66 (falling)", SMOKE_ACTIONS["boxed"]),
-    "boxed falling from step 1 only": (SMOKE_BOXED, lambda: _log(has_boxed=[0.95, 0.84, 0.82, 0.8, 0.78, 0.76]), {},
-                                       WARN, "mean 82%, 0.95 -> 0.76 (falling)", SMOKE_ACTIONS["boxed"]),
-    "boxed falling at the last step only": (SMOKE_BOXED, lambda: _log(has_boxed=[0.9, 0.88, 0.86, 0.84, 0.82, 0.76]),
-                                            {}, WARN, "mean 84%, 0.9 -> 0.76 (falling)", SMOKE_ACTIONS["boxed"]),
-    "boxed falling by less than 10 points": (SMOKE_BOXED, lambda: _log(has_boxed=[0.9, 0.89, 0.88, 0.87, 0.86, 0.85]),
+    "boxed at 50%": (EARLY_BOXED, lambda: _log(has_boxed=[0.5] * 6), {}, FAIL, "mean 50%, 0.5 -> 0.5",
+                     EARLY_ACTIONS["boxed"]),
+    "boxed above 50%": (EARLY_BOXED, lambda: _log(has_boxed=[0.55] * 6), {}, PASS, "mean 55%, 0.55 -> 0.55", ""),
+    "boxed falling": (EARLY_BOXED, lambda: _log(has_boxed=[0.95, 0.9, 0.85, 0.8, 0.72, 0.66]), {}, WARN,
+                      "mean 81%, 0.95 -> 0.66 (falling)", EARLY_ACTIONS["boxed"]),
+    "boxed falling from step 1 only": (EARLY_BOXED, lambda: _log(has_boxed=[0.95, 0.84, 0.82, 0.8, 0.78, 0.76]), {},
+                                       WARN, "mean 82%, 0.95 -> 0.76 (falling)", EARLY_ACTIONS["boxed"]),
+    "boxed falling at the last step only": (EARLY_BOXED, lambda: _log(has_boxed=[0.9, 0.88, 0.86, 0.84, 0.82, 0.76]),
+                                            {}, WARN, "mean 84%, 0.9 -> 0.76 (falling)", EARLY_ACTIONS["boxed"]),
+    "boxed falling by less than 10 points": (EARLY_BOXED, lambda: _log(has_boxed=[0.9, 0.89, 0.88, 0.87, 0.86, 0.85]),
                                              {}, PASS, "mean 88%, 0.9 -> 0.85", ""),
-    "boxed down 15 points within noise": (SMOKE_BOXED, lambda: _log(has_boxed=[0.95, 0.7, 0.95, 0.7, 0.95, 0.8]), {},
+    "boxed down 15 points within noise": (EARLY_BOXED, lambda: _log(has_boxed=[0.95, 0.7, 0.95, 0.7, 0.95, 0.8]), {},
                                           PASS, "mean 84%, 0.95 -> 0.8", ""),
-    "boxed missing": (SMOKE_BOXED, lambda: _log(reward=[0.5] * 6), {}, MISSING, "has_boxed not in the log", ""),
-    "grad zero": (SMOKE_GRAD, lambda: _log(grad_norm=[0.0] * 6), {}, FAIL, "steps 1-6: 0, 0, 0, 0, 0, 0 (zero)",
-                  SMOKE_ACTIONS["grad0"]),
-    "grad zero but the last": (SMOKE_GRAD, lambda: _log(grad_norm=[0.0] * 5 + [0.3]), {}, PASS,
+    "boxed missing": (EARLY_BOXED, lambda: _log(reward=[0.5] * 6), {}, MISSING, "has_boxed not in the log", ""),
+    "grad zero": (EARLY_GRAD, lambda: _log(grad_norm=[0.0] * 6), {}, FAIL, "steps 1-6: 0, 0, 0, 0, 0, 0 (zero)",
+                  EARLY_ACTIONS["grad0"]),
+    "grad zero but the last": (EARLY_GRAD, lambda: _log(grad_norm=[0.0] * 5 + [0.3]), {}, PASS,
                                "steps 1-6: 0, 0, 0, 0, 0, 0.3", ""),
-    "grad median above 100": (SMOKE_GRAD, lambda: _log(grad_norm=[100.5] * 6), {}, FAIL,
-                              "steps 1-6: " + ", ".join(["100"] * 6), SMOKE_ACTIONS["lr_high"]),
-    "grad at 100": (SMOKE_GRAD, lambda: _log(grad_norm=[100.0] * 6), {}, PASS, "steps 1-6: " + ", ".join(["100"] * 6),
+    "grad median above 100": (EARLY_GRAD, lambda: _log(grad_norm=[100.5] * 6), {}, FAIL,
+                              "steps 1-6: " + ", ".join(["100"] * 6), EARLY_ACTIONS["lr_high"]),
+    "grad at 100": (EARLY_GRAD, lambda: _log(grad_norm=[100.0] * 6), {}, PASS, "steps 1-6: " + ", ".join(["100"] * 6),
                     ""),
-    "grad one step above 100": (SMOKE_GRAD, lambda: _log(grad_norm=[1.0, 1.0, 100.5, 1.0]), {}, WARN,
+    "grad one step above 100": (EARLY_GRAD, lambda: _log(grad_norm=[1.0, 1.0, 100.5, 1.0]), {}, WARN,
                                 "steps 1-4: 1, 1, 100, 1 (one step > 100)", "LR too high?"),
-    "grad one step at 150": (SMOKE_GRAD, lambda: _log(grad_norm=[1.0, 1.0, 150.0, 1.0]), {}, WARN,
+    "grad one step at 150": (EARLY_GRAD, lambda: _log(grad_norm=[1.0, 1.0, 150.0, 1.0]), {}, WARN,
                              "steps 1-4: 1, 1, 150, 1 (one step > 100)", "LR too high?"),
-    "grad non-finite": (SMOKE_GRAD, lambda: _log(grad_norm=[1.0, None, 1.0]), {}, FAIL,
+    "grad non-finite": (EARLY_GRAD, lambda: _log(grad_norm=[1.0, None, 1.0]), {}, FAIL,
                         "steps 1-3: 1, nan, 1 (non-finite)", "LR too high / diverged."),
-    "grad non-finite at the last smoke step": (SMOKE_GRAD, lambda: _log(grad_norm=[1.0] * 5 + [None, 1.0]), {}, FAIL,
+    "grad non-finite at the last early step": (EARLY_GRAD, lambda: _log(grad_norm=[1.0] * 5 + [None, 1.0]), {}, FAIL,
                                                "steps 1-6: 1, 1, 1, 1, 1, nan (non-finite)", "LR too high / diverged."),
-    "grad all non-finite": (SMOKE_GRAD, lambda: _log(grad_norm=[None] * 3), {}, FAIL,
+    "grad all non-finite": (EARLY_GRAD, lambda: _log(grad_norm=[None] * 3), {}, FAIL,
                             "steps 1-3: nan, nan, nan (non-finite)", "LR too high / diverged."),
-    "grad judged on the first 6 steps": (SMOKE_GRAD, lambda: _log(grad_norm=[0.5, 0.7, 0.6, 0.5, 0.5, 0.5, 200.0]),
+    "grad judged on the first 6 steps": (EARLY_GRAD, lambda: _log(grad_norm=[0.5, 0.7, 0.6, 0.5, 0.5, 0.5, 200.0]),
                                          {}, PASS, "steps 1-6: 0.5, 0.7, 0.6, 0.5, 0.5, 0.5", ""),
-    "grad missing": (SMOKE_GRAD, lambda: _log(reward=[0.5] * 6), {}, MISSING, "grad_norm not in the log", ""),
-    "advantage step 1 only": (SMOKE_ADV, lambda: _log(group_reward_std=[0.0]), {}, INFO,
+    "grad missing": (EARLY_GRAD, lambda: _log(reward=[0.5] * 6), {}, MISSING, "grad_norm not in the log", ""),
+    "advantage step 1 only": (EARLY_ADV, lambda: _log(group_reward_std=[0.0]), {}, INFO,
                               "group_reward_std: 0 (only step 1 so far)", ""),
-    "advantage zero at step 2": (SMOKE_ADV, lambda: _log(group_reward_std=[0.0, 0.0]), {}, FAIL,
-                                 "group_reward_std: 0, 0", SMOKE_ACTIONS["adv0"]),
-    "advantage non-zero at step 2": (SMOKE_ADV, lambda: _log(group_reward_std=[0.0, 0.3]), {}, PASS,
+    "advantage zero at step 2": (EARLY_ADV, lambda: _log(group_reward_std=[0.0, 0.0]), {}, FAIL,
+                                 "group_reward_std: 0, 0", EARLY_ACTIONS["adv0"]),
+    "advantage non-zero at step 2": (EARLY_ADV, lambda: _log(group_reward_std=[0.0, 0.3]), {}, PASS,
                                      "group_reward_std: 0, 0.3", ""),
-    "advantage non-zero at step 2 only": (SMOKE_ADV, lambda: _log(advantage_std=[0.0, 0.3, 0.0, 0.0, 0.0, 0.0]), {},
+    "advantage non-zero at step 2 only": (EARLY_ADV, lambda: _log(advantage_std=[0.0, 0.3, 0.0, 0.0, 0.0, 0.0]), {},
                                           PASS, "advantage_std: 0, 0.3, 0, 0, 0, 0", ""),
-    "advantage at the zero tolerance": (SMOKE_ADV, lambda: _log(advantage_std=[0.0, 1e-8, 0.0]), {}, PASS,
+    "advantage at the zero tolerance": (EARLY_ADV, lambda: _log(advantage_std=[0.0, 1e-8, 0.0]), {}, PASS,
                                         "advantage_std: 0, 1.00e-08, 0", ""),
-    "advantage below the zero tolerance": (SMOKE_ADV, lambda: _log(advantage_std=[0.5, 9e-9, 0.0]), {}, FAIL,
-                                           "advantage_std: 0.5, 9.00e-09, 0", SMOKE_ACTIONS["adv0"]),
-    "advantage missing": (SMOKE_ADV, lambda: _log(reward=[0.5] * 6), {}, MISSING,
+    "advantage below the zero tolerance": (EARLY_ADV, lambda: _log(advantage_std=[0.5, 9e-9, 0.0]), {}, FAIL,
+                                           "advantage_std: 0.5, 9.00e-09, 0", EARLY_ACTIONS["adv0"]),
+    "advantage missing": (EARLY_ADV, lambda: _log(reward=[0.5] * 6), {}, MISSING,
                           "advantage_std/group_reward_std not in the log", ""),
-    "truncated at 50%": (SMOKE_TRUNC, lambda: _log(truncated=[0.5] * 6), {}, PASS, "truncated mean 50%", ""),
-    "truncated above 50%": (SMOKE_TRUNC, lambda: _log(truncated_response=[0.6] * 6), {}, FAIL,
-                            "truncated_response mean 60%", SMOKE_ACTIONS["trunc"]),
-    "truncated missing": (SMOKE_TRUNC, lambda: _log(reward=[0.5] * 6), {}, MISSING, "truncated not in the log", ""),
-    "clip at 40%": (SMOKE_CLIP, lambda: _log(ppo_clip_ratio=[0.4]), {}, PASS, "mean 40.0%", ""),
-    "clip above 40%": (SMOKE_CLIP, lambda: _log(ppo_clip_ratio=[0.41] * 6), {}, FAIL, "mean 41.0%",
-                       SMOKE_ACTIONS["lr_high"]),
-    "clip zero": (SMOKE_CLIP, lambda: _log(ppo_clip_ratio=[0.0] * 6), {}, PASS,
+    "truncated at 50%": (EARLY_TRUNC, lambda: _log(truncated=[0.5] * 6), {}, PASS, "truncated mean 50%", ""),
+    "truncated above 50%": (EARLY_TRUNC, lambda: _log(truncated_response=[0.6] * 6), {}, FAIL,
+                            "truncated_response mean 60%", EARLY_ACTIONS["trunc"]),
+    "truncated missing": (EARLY_TRUNC, lambda: _log(reward=[0.5] * 6), {}, MISSING, "truncated not in the log", ""),
+    "clip at 40%": (EARLY_CLIP, lambda: _log(ppo_clip_ratio=[0.4]), {}, PASS, "mean 40.0%", ""),
+    "clip above 40%": (EARLY_CLIP, lambda: _log(ppo_clip_ratio=[0.41] * 6), {}, FAIL, "mean 41.0%",
+                       EARLY_ACTIONS["lr_high"]),
+    "clip zero": (EARLY_CLIP, lambda: _log(ppo_clip_ratio=[0.0] * 6), {}, PASS,
                   "mean 0.0% (~0 is expected with one optimizer step per rollout batch)", ""),
-    "clip at the zero note's limit": (SMOKE_CLIP, lambda: _log(ppo_clip_ratio=[1e-3]), {}, PASS, "mean 0.1%", ""),
-    "clip 20%": (SMOKE_CLIP, lambda: _log(ppo_clip_ratio=[0.2] * 6), {}, PASS, "mean 20.0%", ""),
-    "clip missing": (SMOKE_CLIP, lambda: _log(reward=[0.5] * 6), {}, MISSING, "ppo_clip_ratio not in the log", ""),
+    "clip at the zero note's limit": (EARLY_CLIP, lambda: _log(ppo_clip_ratio=[1e-3]), {}, PASS, "mean 0.1%", ""),
+    "clip 20%": (EARLY_CLIP, lambda: _log(ppo_clip_ratio=[0.2] * 6), {}, PASS, "mean 20.0%", ""),
+    "clip missing": (EARLY_CLIP, lambda: _log(reward=[0.5] * 6), {}, MISSING, "ppo_clip_ratio not in the log", ""),
     # rollout/trainer agreement
     "vllm_kl gap from step 1": (AGREEMENT, lambda: _log(vllm_kl=[0.1] * 3), {}, FAIL,
                                 f"rollout/trainer log-prob gap vllm_kl=0.1 from step 1 => {SINK_OR_SYNC}", AGREE),
@@ -645,7 +645,7 @@ PLAYBOOK_TEXT = {
                                                    lambda: _log(uniform_group_share=[0.9] * 6, groups_all_correct=[0.5]),
                                                    {}, WARN, "uniform_group_share 90%, 90%, 90%, 90%, 90% at steps 2-6",
                                                    PLAYBOOK["uniform groups"]),
-    "boxed below 90% after the smoke steps": ("has_boxed >= 90% in steady state",
+    "boxed below 90% after the early steps": ("has_boxed >= 90% in steady state",
                                               lambda: _log(has_boxed=[0.95] + [0.9] * 5 + [0.8] * 5), {}, WARN,
                                               "has_boxed 80% over steps 7-11 (< 90%); 95% at step 1",
                                               GUIDE_ACTIONS["boxed"]),
@@ -808,7 +808,7 @@ RULE_FIRES = {
         reward=_line(7, 0.6, -0.02), entropy_loss=[1.0, 1.0, 1.0, 1.2, 0.6, 0.6, 0.6]), {}, WARN),
     "instability: entropy against the first 3 steps": ("instability", lambda: _log(
         reward=_line(7, 0.6, -0.02), entropy_loss=[1.0, 1.0, 1.0, 0.4, 0.65, 0.65, 0.65]), {}, WARN),
-    "boxed falling at 2.5 standard errors": (SMOKE_BOXED, lambda: _log(has_boxed=_line(6, 0.95, -0.03, 0.05)), {},
+    "boxed falling at 2.5 standard errors": (EARLY_BOXED, lambda: _log(has_boxed=_line(6, 0.95, -0.03, 0.05)), {},
                                              WARN),
     "spikes: a loss 6.7 robust SDs out but under 3x the median": ("loss/grad spikes", lambda: _log(
         grad_norm=[1.0] * 6, policy_loss=[0.49, 0.5, 0.51, 0.5, 0.6]), {}, None),
@@ -836,11 +836,11 @@ RULE_FIRES = {
         reward=_t2(0.5, 2**-6, Q10), evals={1: 0.5, 4: 0.5, 7: 0.5, 10: 0.5}), HACKING, None),
     "wrong answers paid, rising at exactly t=2": ("wrong answers paid above their group", lambda: _log(
         reward_high_but_wrong=_t2(0.046875, 2**-7, Q6)), {}, PASS),
-    "boxed falling at exactly t=-2": (SMOKE_BOXED, lambda: _log(has_boxed=_t2(0.75, -(2**-5), Q6)), {}, PASS),
-    "boxed falling by exactly 10 points": (SMOKE_BOXED, lambda: _log(
-        has_boxed=[0.3] + [1.0 - 0.02 * i for i in range(18)] + [0.3 - 0.1]), {"smoke_steps": 20}, PASS),
-    "boxed falling by 11 points": (SMOKE_BOXED, lambda: _log(
-        has_boxed=[0.3] + [1.0 - 0.02 * i for i in range(18)] + [0.19]), {"smoke_steps": 20}, WARN),
+    "boxed falling at exactly t=-2": (EARLY_BOXED, lambda: _log(has_boxed=_t2(0.75, -(2**-5), Q6)), {}, PASS),
+    "boxed falling by exactly 10 points": (EARLY_BOXED, lambda: _log(
+        has_boxed=[0.3] + [1.0 - 0.02 * i for i in range(18)] + [0.3 - 0.1]), {"early_steps": 20}, PASS),
+    "boxed falling by 11 points": (EARLY_BOXED, lambda: _log(
+        has_boxed=[0.3] + [1.0 - 0.02 * i for i in range(18)] + [0.19]), {"early_steps": 20}, WARN),
     "hacking: the probe up exactly half its SE": ("reward hacking", lambda: _log(
         reward=_line(20, 0.25, 0.01, 0.05), evals={4: 0.0, 8: 0.0, 12: 0.0, 16: PROBE_AT_HALF_SE}), HACKING, WARN),
     "hacking: the probe up just over half its SE": ("reward hacking", lambda: _log(
@@ -875,10 +875,10 @@ RULE_FIRES = {
     "entropy 0.9 -> 0.7": ("entropy collapse", lambda: _log(entropy_loss=[0.9] * 3 + [0.7] * 3), {}, None),
     "entropy 1.2 -> 0.99": ("entropy collapse", lambda: _log(entropy_loss=[1.2] * 3 + [0.99] * 3), {}, None),
     "uniform groups at half": ("uniform groups", lambda: _log(uniform_group_share=[0.5] * 6), {}, None),
-    "boxed at 90% after the smoke steps": ("has_boxed >= 90% in steady state", lambda: _log(
+    "boxed at 90% after the early steps": ("has_boxed >= 90% in steady state", lambda: _log(
         has_boxed=[0.95] * 6 + [0.9] * 5), {}, None),
-    "boxed before the smoke steps end": ("has_boxed >= 90% in steady state", lambda: _log(has_boxed=[0.5] * 7),
-                                         {"smoke_steps": 8}, None),
+    "boxed before the early steps end": ("has_boxed >= 90% in steady state", lambda: _log(has_boxed=[0.5] * 7),
+                                         {"early_steps": 8}, None),
     "ratio_max at 10": ("extreme log-prob ratios", lambda: _log(ratio_max=[10.0] * 6), {}, None),
     "reward 1e-6 from the start": ("reward not dropping to 0", lambda: _log(reward=[1e-6, 1e-6, 0.0, 0.0, 0.0, 0.3]),
                                    {}, None),
@@ -915,7 +915,7 @@ def test_verdict_text(case):
 
 GROUP_OF = {
     AGREEMENT: "agreement", MOVING: "movement", EARLY: "early-stop",
-    **dict.fromkeys((SMOKE_REWARD, SMOKE_BOXED, SMOKE_GRAD, SMOKE_ADV, SMOKE_TRUNC, SMOKE_CLIP), "smoke"),
+    **dict.fromkeys((EARLY_REWARD, EARLY_BOXED, EARLY_GRAD, EARLY_ADV, EARLY_TRUNC, EARLY_CLIP), "early-checks"),
     **dict.fromkeys(("judge failure rate", "wrong answers paid above their group"), "judge"),
     **dict.fromkeys(("has_boxed >= 90% in steady state", "extreme log-prob ratios", "ppo_kl not negative",
                      "reward not dropping to 0"), "thresholds"),

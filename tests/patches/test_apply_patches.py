@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import filecmp
+import importlib
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.patched_openrlhf import ROOT, run_apply, stub_env
+from rft.fixtures.patched_openrlhf import ROOT, run_apply, stub_env
 
 PATCHES = ROOT / "patches"
 PATCHED_MODULES = [
@@ -26,6 +28,24 @@ PATCHED_MODULES = [
 
 def series() -> list[str]:
     return [ln.strip() for ln in (PATCHES / "series").read_text().splitlines() if ln.strip() and ln[0] != "#"]
+
+
+def rft_imports(patch: str) -> list[tuple[str, str]]:
+    """(module, name) of every `from rft... import ...` a patch adds, parenthesised continuations included."""
+    added = [ln[1:] for ln in patch.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(added):
+        stmt = added[i].strip()
+        if stmt.startswith("from rft"):
+            while stmt.count("(") > stmt.count(")"):
+                i += 1
+                stmt += added[i].strip()
+            node = ast.parse(stmt).body[0]
+            assert isinstance(node, ast.ImportFrom)
+            out += [(node.module or "", alias.name) for alias in node.names]
+        i += 1
+    return out
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -48,6 +68,15 @@ def test_series_names_every_patch_once():
         text = (PATCHES / name).read_text()
         assert text.startswith("--- a/openrlhf/"), name
         assert "+++ b/openrlhf/" in text, name
+
+
+def test_every_rft_name_a_patch_imports_exists():
+    found = {name: rft_imports((PATCHES / name).read_text()) for name in series()}
+    assert ("rft.train.robust_rewards", "unify_info_keys") in found["experience_maker.patch"]  # the reader's own check
+    missing = [f"{patch}: from {mod} import {name}" for patch, names in found.items() for mod, name in names
+               if not (ROOT / (mod.replace(".", "/") + ".py")).is_file()  # this tree's, not another checkout's
+               or not hasattr(importlib.import_module(mod), name)]
+    assert not missing, missing
 
 
 def test_apply_reapply_check_reverse(openrlhf_copy, pristine_openrlhf_root):

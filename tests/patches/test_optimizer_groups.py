@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from tests.support.patched_openrlhf import run_apply, stub_env
+from rft.fixtures.patched_openrlhf import run_apply, stub_env
 
 # One optimizer step of a LoRA model through OpenRLHF's own grouping, a ZeRO-3 engine and transformers'
 # scheduler, as DeepspeedStrategy.create_optimizer + prepare do (torch AdamW: FusedAdam needs CUDA).

@@ -8,14 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.patched_openrlhf import stub_env
+from rft.fixtures.patched_openrlhf import stub_env
 
 ROOT = Path(__file__).resolve().parents[2]
 # argv: repository root, reward file, JSON list of [prompt, response, label, finish_reason]
 SCRIPT = r"""
 import asyncio, json, sys, types
 sys.path.insert(0, sys.argv[1])
-from tests.support.tiny_model import build_tokenizer
+from rft.fixtures.tiny_model import build_tokenizer
 from openrlhf.utils.agent import SingleTurnAgentExecutor
 from openrlhf.trainer.ppo_utils.experience_maker import SamplesGenerator
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rft.fixtures.reward_files import load_reward_module, write_reward_toml
 from rft.reward import exact_match
 from rft.reward.exact_match import (
     EXTRA_LOG_KEYS,
@@ -33,7 +34,6 @@ from rft.reward.exact_match import (
 )
 from tests.reward.openrlhf_path import run_through_openrlhf
 from tests.reward.prompts import HARMONY_PROMPT, QWEN_PROMPT, harmony
-from tests.support.reward_files import load_reward_module, write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 REWARD_FILE = ROOT / "reward_func_em.py"

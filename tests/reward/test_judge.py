@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rft.fixtures.judge_server import USAGE, JudgeServer, outside_solution
 from rft.reward.judge import (
     Judge,
     JudgeConfig,
@@ -24,7 +25,6 @@ from rft.reward.judge import (
     parse_judgement,
     render_response,
 )
-from tests.support.judge_server import USAGE, JudgeServer, outside_solution
 
 ROOT = Path(__file__).resolve().parents[2]
 PRICES = {"m1": (2.0, 12.0), "m2": (1.0, 4.0), "m3": (0.5, 3.0)}

@@ -19,7 +19,7 @@ from rft.reward.settings import (
     config_path,
     load_settings,
 )
-from tests.support.reward_files import write_reward_toml
+from rft.fixtures.reward_files import write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "reward.example.toml"

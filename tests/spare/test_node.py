@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rft.spare.node import SpareError, load_config
+from rft.spare.node import Spare, SpareError, load_config
+from rft.spare.watch import RemoteTarget, WatchError
 from tests.spare.sshd_fixture import missing_binaries, start_sshd
 from tests.support.git import git
 
@@ -21,14 +22,26 @@ ROOT = Path(__file__).resolve().parents[2]
 # What a checkout needs for spare.py to run on both sides.
 CLI_FILES = [
     "spare.py",
+    "rft/spare/cli.py",
     "rft/__init__.py",
     "rft/io.py",
     "rft/provenance.py",
+    "rft/eval/__init__.py",
+    "rft/eval/passk.py",
+    "rft/eval/report.py",
     "rft/spare/__init__.py",
+    "rft/train/__init__.py",
+    "rft/train/checkpoints.py",
     "rft/spare/node.py",
     "rft/spare/jobs.py",
     "rft/spare/watch.py",
     "rft/spare/job.sh",
+    "rft/spare/in_repo.sh",
+    "rft/spare/remote_cli.sh",
+    "rft/spare/read_file.sh",
+    "rft/spare/probe_repo.sh",
+    "rft/spare/apply_sync.sh",
+    "rft/spare/make_dir.sh",
     "rft/spare/tmux.conf",
 ]
 # Stand-in for the patch series: the exit-code contract of `apply_patches.sh --check` (0 = applied).
@@ -349,6 +362,20 @@ def _closed_port() -> int:
     from rft.cpu.local_ray import free_port
 
     return free_port()
+
+
+@needs_ssh
+def test_the_watch_reads_a_file_of_the_spares_checkout_over_ssh(setup):
+    s = setup
+    (s.spare / "logs").mkdir()
+    (s.spare / "logs" / "state.json").write_text('{"step": 130}')
+    target = RemoteTarget(Spare(load_config(None, env=s.env)))
+    assert target.read_json("logs/state.json") == {"step": 130}
+    with pytest.raises(WatchError, match="cannot read logs/none.json on the spare"):
+        target.read_json("logs/none.json")
+    gone = RemoteTarget(Spare(load_config(None, env={**s.env, "RFT_SPARE_REPO": str(s.tmp / "none")})))
+    with pytest.raises(SpareError, match="missing on the spare"):  # the in-repo prelude's exit 97
+        gone.read_json("logs/state.json")
 
 
 @needs_ssh

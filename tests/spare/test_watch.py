@@ -8,24 +8,22 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from rft.fixtures.tiny_model import build_tiny_model, fabricate_lora_adapter
 from rft.prompts import build_input
 from rft.spare.watch import (
-    Checkpoint,
     WatchError,
     best_line,
-    find_checkpoints,
     job_name,
     parse_eval_options,
     pick_best,
     table_markdown,
 )
-from tests.support.tiny_model import build_tiny_model, fabricate_lora_adapter
+from rft.train.checkpoints import Checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,20 +93,6 @@ def adapter_files(path: Path) -> Path:
     (path / "adapter_config.json").write_text("{}")
     (path / "adapter_model.safetensors").write_bytes(b"0")
     return path
-
-
-def test_checkpoints_are_found_when_complete_and_settled(tmp_path):
-    run = tmp_path / "run"
-    adapter_files(run / "ckpt" / "global_step8_hf")
-    adapter_files(run / "ckpt" / "global_step12_hf")
-    (run / "ckpt" / "global_step16_hf").mkdir()  # being written: no weights yet
-    (run / "ckpt" / "_actor").mkdir()
-    old = time.time() - 100
-    for f in (run / "ckpt" / "global_step8_hf").iterdir():
-        os.utime(f, (old, old))
-    assert [c.step for c in find_checkpoints(run)] == [8, 12]
-    assert [c.step for c in find_checkpoints(run, settle_s=30)] == [8]  # step 12 was just written
-    assert find_checkpoints(run)[0] == Checkpoint(8, (run / "ckpt" / "global_step8_hf").resolve())
 
 
 def test_eval_options_are_checked_by_eval_posthoc_and_name_the_baseline():

@@ -1,1 +1,1 @@
-"""Helpers shared by several test stages and by benchmarks/: imported as `from tests.support.X import ...`."""
+"""Helpers several test stages share and benchmarks do not: imported as `from tests.support.X import ...`."""

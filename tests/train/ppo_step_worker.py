@@ -18,7 +18,7 @@ import sys
 import torch
 
 from rft.cpu.standins import install as install_cuda_standins
-from tests.support.cpu_trainer import TARGETS, build_trainer, init_gloo, tiny_lora_model, trainer_args
+from rft.fixtures.cpu_trainer import TARGETS, build_trainer, init_gloo, tiny_lora_model, trainer_args
 
 PROMPT_LEN, RESPONSE_LEN, VOCAB = 6, 5, 96
 MICRO_PER_RANK, GA = 4, 2  # train_batch_size 4 = micro 1 x world 2 x GA 2 -> 2 optimizer steps per call

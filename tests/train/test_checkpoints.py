@@ -1,13 +1,16 @@
 """LoRA checkpoints without the frozen base on a real ZeRO-3 engine (gloo, world size 1, CPU), exact restore,
-LoRA model saves that gather only the adapter, and the guarded shard clean-up."""
+LoRA model saves that gather only the adapter, the complete checkpoints a run has, and the guarded shard clean-up."""
 
 from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
 
 import pytest
 import torch
 
-from rft.train.checkpoints import remove_full_weight_shards
-from tests.support.lora_ckpt import (
+from rft.fixtures.lora_ckpt import (
     ckpt_bytes,
     cpu_barrier,
     lora_state,
@@ -16,6 +19,7 @@ from tests.support.lora_ckpt import (
     strategy_and_engine,
     train_one_step,
 )
+from rft.train.checkpoints import Checkpoint, find_checkpoints, remove_full_weight_shards
 
 
 @pytest.fixture
@@ -80,7 +84,7 @@ def peft_loads(config, adapter_dir) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 def test_lora_save_gathers_only_the_adapter(dist_world, cpu_barrier_in_openrlhf, gathered_bytes, tmp_path):
-    from tests.support.tiny_model import build_tokenizer
+    from rft.fixtures.tiny_model import build_tokenizer
 
     tok = build_tokenizer()
     saved, gathered = {}, {}
@@ -121,3 +125,24 @@ def test_shard_cleanup_is_guarded(tmp_path):
     removed = remove_full_weight_shards(d, lora_rank=8)
     assert removed == ["model-00001-of-00002.safetensors", "model.safetensors.index.json", "pytorch_model.bin"]
     assert sorted(p.name for p in d.iterdir()) == ["adapter_config.json", "adapter_model.safetensors", "config.json"]
+
+
+def adapter_files(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "adapter_config.json").write_text("{}")
+    (path / "adapter_model.safetensors").write_bytes(b"0")
+    return path
+
+
+def test_checkpoints_are_found_when_complete_and_settled(tmp_path):
+    run = tmp_path / "run"
+    adapter_files(run / "ckpt" / "global_step8_hf")
+    adapter_files(run / "ckpt" / "global_step12_hf")
+    (run / "ckpt" / "global_step16_hf").mkdir()  # being written: no weights yet
+    (run / "ckpt" / "_actor").mkdir()
+    old = time.time() - 100
+    for f in (run / "ckpt" / "global_step8_hf").iterdir():
+        os.utime(f, (old, old))
+    assert [c.step for c in find_checkpoints(run)] == [8, 12]
+    assert [c.step for c in find_checkpoints(run, settle_s=30)] == [8]  # step 12 was just written
+    assert find_checkpoints(run)[0] == Checkpoint(8, (run / "ckpt" / "global_step8_hf").resolve())

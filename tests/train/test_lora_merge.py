@@ -1,6 +1,6 @@
 """LoRA merge sync (rft.train.lora_merge): a real PEFT model vs a tiny Llama in vLLM's fused, tensor-parallel layout.
 
-The vLLM-layout model (tests/train/vllm_layout.py) mirrors vLLM's Llama loaders: ``stacked_params_mapping`` into
+The vLLM-layout model (rft/fixtures/vllm_layout.py) mirrors vLLM's Llama loaders: ``stacked_params_mapping`` into
 fused ``qkv_proj`` / ``gate_up_proj``, ``QKVParallelLinear`` narrowing (k/v shard = tp_rank // kv_replicas),
 ``MergedColumnParallelLinear`` and ``RowParallelLinear`` (input dim), unknown names silently skipped,
 ``load_weights`` returning the loaded parameter names. Each TP rank has its own ``LoraMergeApplier``,
@@ -26,7 +26,7 @@ from rft.train.lora_payload import (
     encode_tensor,
     lora_parameters,
 )
-from tests.train.vllm_layout import VllmLayoutLlama, param_holder, tp_logits
+from rft.fixtures.vllm_layout import VllmLayoutLlama, param_holder, tp_logits
 
 FP32_TOL = 1e-5  # max |logit difference|, fp32 (logits have std ~0.1-1 here)
 BF16_TOL = 0.05  # max |logit difference| relative to max |logit|, bf16 merged vs bf16 PEFT (unmerged)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rft.fixtures.tiny_model import VLLM_HIDDEN, build_tiny_model
+from rft.fixtures.vllm_engine import payload_of, peft_model, randomize_lora
 from rft.train.lora_payload import LoraSyncError
-from tests.support.tiny_model import VLLM_HIDDEN, build_tiny_model
-from tests.support.vllm_engine import payload_of, peft_model, randomize_lora
 
 
 def test_native_lora_slot_checks(tmp_path):

@@ -19,9 +19,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rft.train.lora_payload import LoraSyncError, check_apply_results
-from tests.support.tiny_model import VLLM_HIDDEN, build_tiny_gpt_oss, build_tiny_model
-from tests.support.vllm_engine import (
+from rft.fixtures.tiny_model import VLLM_HIDDEN, build_tiny_gpt_oss, build_tiny_model
+from rft.fixtures.vllm_engine import (
     EngineActor,
     hf_logprobs,
     max_gap,
@@ -35,6 +34,7 @@ from tests.support.vllm_engine import (
     vllm_logprobs,
     zero_lora_b,
 )
+from rft.train.lora_payload import LoraSyncError, check_apply_results
 
 pytestmark = pytest.mark.vllm
 

@@ -5,7 +5,7 @@ Real: OpenRLHF 0.9.3 + our patches, its argparse, a DeepSpeed ZeRO-3 engine (glo
 LoRA Llama, a local Ray with the engines as Ray actors (the real `LLMRayActor.apply_lora_update` code), the real
 `WorkerWrap.apply_lora_update`. Stand-ins for hardware only: `AsyncLLM.collective_rpc` (RpcBoundaryLLM: msgpack
 round trip of args and results, as vLLM's client -> EngineCore hop, then a call per TP worker), the vLLM model
-(tests/train/vllm_layout.py, one per TP rank) and two no-op CUDA calls.
+(rft/fixtures/vllm_layout.py, one per TP rank) and two no-op CUDA calls.
 """
 
 from __future__ import annotations
@@ -18,20 +18,20 @@ import pytest
 import torch
 
 from rft.cpu.standins import install as install_cuda_standins
-from rft.train import lora_payload
-from rft.train.lora_payload import LoraSyncError
-from tests.support.cpu_trainer import (
+from rft.fixtures.cpu_trainer import (
     TARGETS,
     build_trainer,
     tiny_llama_config,
     tiny_lora_model,
     trainer_args,
 )
-from tests.support.patched_openrlhf import (
+from rft.fixtures.patched_openrlhf import (
     ROOT,
     stub_paths,
 )
-from tests.train.vllm_layout import VllmLayoutLlama, tp_logits
+from rft.train import lora_payload
+from rft.train.lora_payload import LoraSyncError
+from rft.fixtures.vllm_layout import VllmLayoutLlama, tp_logits
 
 FP32_TOL = 1e-5  # max |logit difference| worker vs PEFT, fp32 (logits std ~0.5 here)
 IDS = torch.tensor([[1, 5, 9, 33, 2, 70, 11], [4, 4, 90, 17, 60, 3, 8]])

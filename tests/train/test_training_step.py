@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 
 from rft.cpu.local_ray import free_port
-from rft.train.loss_diag import MAX_REDUCED_KEYS
-from rft.train.metrics import SPIKE_GRAD_NORM
-from tests.support.patched_openrlhf import (
+from rft.fixtures.patched_openrlhf import (
     ROOT,
     stub_env,
 )
+from rft.train.loss_diag import MAX_REDUCED_KEYS
+from rft.train.metrics import SPIKE_GRAD_NORM
 
 WORLD = 2
 WORKER = ROOT / "tests" / "train" / "ppo_step_worker.py"

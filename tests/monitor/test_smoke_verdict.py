@@ -1,4 +1,4 @@
-"""rft/smoke.py: the smoke recipe, the probe's log-prob reading and the PASS/FAIL verdict on metrics logs."""
+"""rft/monitor/smoke_verdict.py: the SMOKE=1 run's PASS/FAIL verdict on metrics logs."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
-from rft.smoke import KL_BOUND, checks, mean_prompt_logprob, smoke_flags, verdict
+from rft.monitor.smoke_verdict import GPU_FILE, KL_BOUND, checks, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,28 +23,17 @@ def write(tmp_path: Path, rows: list[dict]) -> Path:
     return tmp_path
 
 
-def test_smoke_flags_shorten_the_recipe_and_keep_a_larger_lr():
-    out = smoke_flags(["--rollout_batch_size", "16", "--actor_learning_rate", "5e-7", "--load_checkpoint"])
-    assert "--load_checkpoint" not in out
-    assert out[out.index("--max_samples") + 1] == "48" and "--lora_sync_probe" in out
-    assert out[out.index("--actor_learning_rate", 3) + 1] == "0.0001"
-    assert out[out.index("--eval_steps") + 1] == "-1" and out[out.index("--save_steps") + 1] == "-1"
-    assert "--enable_vllm_is_correction" in out
-    cpu = smoke_flags(["--rollout_batch_size", "8", "--actor_learning_rate", "5e-3"])
-    assert cpu[cpu.index("--actor_learning_rate", 3) + 1] == "0.005"  # already larger: kept
-
-
-def test_mean_prompt_logprob_reads_the_prompt_tokens_own_logprobs():
-    lp = SimpleNamespace
-    out = SimpleNamespace(prompt_token_ids=[5, 7, 9],
-                          prompt_logprobs=[None, {7: lp(logprob=-1.0), 3: lp(logprob=-0.1)}, {9: lp(logprob=-3.0)}])
-    assert mean_prompt_logprob(out) == -2.0
-
-
 def test_a_good_run_passes(tmp_path):
     passed, text = verdict(write(tmp_path, [row(1), row(2), row(3)]))
     assert passed and text.splitlines()[-1] == "SMOKE PASS"
     assert "step time: 60.0 s, 60.0 s" in text and "sync seconds: 1.50, 1.50, 1.50" in text
+    assert "peak GPU memory per role: n/a" in text
+
+
+def test_the_gpu_peaks_beside_the_metrics_are_reported(tmp_path):
+    (tmp_path / GPU_FILE).write_text(json.dumps({"ray::PolicyModelActor": 2048.0, "VLLM::Worker_TP0": 512.0}))
+    _, text = verdict(write(tmp_path, [row(1), row(2), row(3)]))
+    assert "peak GPU memory per role: VLLM::Worker_TP0 0.5 GiB, ray::PolicyModelActor 2.0 GiB" in text
 
 
 def test_each_failure_fails(tmp_path):
@@ -61,7 +49,7 @@ def test_each_failure_fails(tmp_path):
 
 def test_the_cli_exit_status(tmp_path):
     d = write(tmp_path, [row(1, lora_sync_probe_delta=0.0), row(2), row(3)])
-    res = subprocess.run([sys.executable, "-m", "rft.smoke", "verdict", str(d)], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-m", "rft.monitor.smoke_verdict", str(d)], capture_output=True, text=True,
                          cwd=ROOT)
     assert res.returncode == 1 and res.stdout.strip().endswith("SMOKE FAIL")
     assert "FAIL  probe log-prob moved > 0.001 after the first update: smallest engine change 0.00e+00" in res.stdout
