@@ -155,8 +155,8 @@ def mxfp4_dequant(shape: CheckShape, device: torch.device, experts: int, seed: i
     """gate_up and down of one layer: transformers' dequantizer on `device` and rft's on CPU vs the exact values."""
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
-    from rft.mxfp4 import dequantize_expert
     from rft.fixtures.mxfp4_fixtures import quantize_codes
+    from rft.mxfp4 import dequantize_expert
 
     g = torch.Generator().manual_seed(seed)
     rows_cols = {"gate_up_proj": (2 * shape.intermediate, shape.hidden), "down_proj": (shape.hidden, shape.intermediate)}
@@ -194,8 +194,8 @@ def mxfp4_load_path(layers: int = 2) -> dict:
     import tempfile
     from pathlib import Path
 
-    from rft.mxfp4 import load_dequantized
     from rft.fixtures.mxfp4_fixtures import build_mxfp4_checkpoint
+    from rft.mxfp4 import load_dequantized
 
     with tempfile.TemporaryDirectory() as tmp:
         expected = build_mxfp4_checkpoint(Path(tmp) / "ckpt", layers=layers, tokenizer=False)

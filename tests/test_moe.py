@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from rft.moe import ROUTED, expert_modules, route_experts_in_eval
 from rft.fixtures.mxfp4_fixtures import build_mxfp4_checkpoint, tiny_config, zero3_strategy
+from rft.moe import ROUTED, expert_modules, route_experts_in_eval
 
 
 class _GpuType(str):

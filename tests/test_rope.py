@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rft.rope import PINNED, fp32_inv_freq, pin_rotary_fp32, rotary_modules
 from rft.fixtures.mxfp4_fixtures import build_mxfp4_checkpoint, tiny_config, zero3_strategy
+from rft.rope import PINNED, fp32_inv_freq, pin_rotary_fp32, rotary_modules
 
 # gpt-oss's own rope settings (config.json of openai/gpt-oss-20b and -120b).
 YARN = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from rft.data import cli
 from rft.data.config import DataConfig, Inputs
 from rft.data.eval_sets import build_eval_sets
-from rft.data import cli
 from rft.data.integer_answer import gsm8k_final_answer, parse_integer_answer
 from rft.data.pipeline import (
     BAND_FILE,

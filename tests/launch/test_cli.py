@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from rft.fixtures.judge_server import JudgeServer
+from rft.fixtures.reward_files import write_reward_toml
 from rft.io import atomic_write_jsonl, sha256_file
 from rft.launch import cli, prereqs, rules
 from rft.launch.openrlhf_cli import FlagError, parse_args, resolve_overrides
 from tests.launch.rows import rows
 from tests.support.git import git
-from rft.fixtures.reward_files import write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 

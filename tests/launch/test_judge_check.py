@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from rft.fixtures.judge_server import JudgeServer
+from rft.fixtures.reward_files import write_reward_toml
 from rft.launch.judge_check import judge_rule, uses_judge
 from rft.launch.rules import Report
-from rft.fixtures.reward_files import write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 

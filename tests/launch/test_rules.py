@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from rft.fixtures.reward_files import write_reward_toml
 from rft.io import atomic_write_jsonl
 from rft.launch import rules
 from rft.launch.openrlhf_cli import FlagError, parse_args
-from rft.fixtures.reward_files import write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 

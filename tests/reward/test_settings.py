@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from rft.fixtures.reward_files import write_reward_toml
 from rft.reward import settings as settings_mod
 from rft.reward.judge import DEFAULT_MODELS, DEFAULT_PRICES
 from rft.reward.settings import (
@@ -19,7 +20,6 @@ from rft.reward.settings import (
     config_path,
     load_settings,
 )
-from rft.fixtures.reward_files import write_reward_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "reward.example.toml"

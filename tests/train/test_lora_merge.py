@@ -17,6 +17,7 @@ import pytest
 import torch
 from torch import nn
 
+from rft.fixtures.vllm_layout import VllmLayoutLlama, param_holder, tp_logits
 from rft.train.lora_merge import LoraMergeApplier, bf16_rounding_report
 from rft.train.lora_payload import (
     PAYLOAD_FORMAT,
@@ -26,7 +27,6 @@ from rft.train.lora_payload import (
     encode_tensor,
     lora_parameters,
 )
-from rft.fixtures.vllm_layout import VllmLayoutLlama, param_holder, tp_logits
 
 FP32_TOL = 1e-5  # max |logit difference|, fp32 (logits have std ~0.1-1 here)
 BF16_TOL = 0.05  # max |logit difference| relative to max |logit|, bf16 merged vs bf16 PEFT (unmerged)

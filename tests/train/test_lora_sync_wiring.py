@@ -29,9 +29,9 @@ from rft.fixtures.patched_openrlhf import (
     ROOT,
     stub_paths,
 )
+from rft.fixtures.vllm_layout import VllmLayoutLlama, tp_logits
 from rft.train import lora_payload
 from rft.train.lora_payload import LoraSyncError
-from rft.fixtures.vllm_layout import VllmLayoutLlama, tp_logits
 
 FP32_TOL = 1e-5  # max |logit difference| worker vs PEFT, fp32 (logits std ~0.5 here)
 IDS = torch.tensor([[1, 5, 9, 33, 2, 70, 11], [4, 4, 90, 17, 60, 3, 8]])
