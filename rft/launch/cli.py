@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rft.io import flag_value
 from rft.launch import cpu_profile
-from rft.launch.choices import ChoiceError, Decisions, decide
+from rft.launch.choices import ChoiceError, Decisions, decide, with_suffix
 from rft.launch.lock import LaunchLocked, acquire_all
 from rft.launch.memory_plan import render as memory_plan
 from rft.launch.openrlhf_cli import FlagError, apply_negations, format_command, resolve_overrides
@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         except (ChoiceError, FlagError) as e:
             print(f"launch refused: {e}", file=sys.stderr)
             return 2
+        if ns.run_dir and decisions.env.get("RUN_NAME"):  # a smoke run: its run directory too
+            ns.run_dir = with_suffix(ns.run_dir, os.environ.get("RUN_NAME", ""))
         os.environ.update(decisions.env)
         if profile.cpu:
             os.environ.update(cpu_profile.standin_env(dict(os.environ)))
