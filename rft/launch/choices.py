@@ -162,4 +162,6 @@ def decide(entry: str, argv: list[str], env: dict[str, str]) -> Decisions:
         d.env.update(moved)
         d.lines.append(f"smoke run: SMOKE=1, its own directories ({moved.get('RUN_NAME', env.get('RUN_NAME', ''))})")
         d.tail += paths  # after the script's: its own paths would win otherwise (the last one given wins)
+    else:
+        d.lines.append("smoke run: no (SMOKE=1: a few steps that check the LoRA sync, then a verdict)")
     return d

@@ -167,7 +167,7 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
     plan, fits = ("", None) if profile.cpu else memory_plan(rest, nodes=int(os.environ.get("NODES") or 1))
     if fits is False:
         rep.warnings.append("memory plan: the actor does not fit its GPUs by the estimate below "
-                            "(OFFLOAD=1 ADAM_OFFLOAD=1, or more actor GPUs)")
+                            "(--offload --adam_offload, or more actor GPUs)")
     repo = Path(ns.repo)
     try:
         state = git_state(repo, os.environ.get("ATTEMPT"))

@@ -90,7 +90,8 @@ def test_decide_puts_every_choice_in_front_with_its_line(tmp_path, monkeypatch):
     assert d.flags == ["--remote_rm_url", str(REPO_ROOT / "reward_func_em.py"), "--vllm_sync_lora_via_object_store",
                        "--dynamic_filtering", "--dynamic_filtering_key", "correctness",
                        "--dynamic_filtering_reward_range", "0", "1", "--load_checkpoint"]
-    assert [ln.split(":")[0] for ln in d.lines] == ["reward", "LoRA sync", "prompt filter", "resume"]
+    assert [ln.split(":")[0] for ln in d.lines] == ["reward", "LoRA sync", "prompt filter", "resume",
+                                                      "smoke run"]
     assert "scheme signed" in d.lines[0]
     sft = decide("sft", ["--lora_rank", "8"], {"REWARD": "nonsense", "LORA_SYNC": "x"})  # no reward, no sync in SFT
     assert sft.flags == [] and sft.lines == []
