@@ -86,7 +86,10 @@ def filter_flags(env: dict[str, str], kind: str, scheme: str) -> list[str]:
 def lora_sync_flags(env: dict[str, str], argv: list[str]) -> list[str]:
     """LORA_SYNC=merge (default) | native for a LoRA command (--lora_rank > 0); a full-parameter one takes none."""
     value = env.get("LORA_SYNC")
-    if int(flag_value(argv, "--lora_rank") or 0) <= 0:
+    rank = flag_value(argv, "--lora_rank") or "0"
+    if not rank.lstrip("-").isdigit():
+        return []  # OpenRLHF's own parser names the bad value in the checks
+    if int(rank) <= 0:
         if value:
             raise ChoiceError(f"LORA_SYNC={value} applies to LoRA runs (--lora_rank > 0); this command trains "
                               "every parameter")

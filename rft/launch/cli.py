@@ -18,7 +18,7 @@ from pathlib import Path
 from rft.io import flag_value
 from rft.launch import cpu_profile
 from rft.launch.choices import ChoiceError, Decisions, decide, with_suffix
-from rft.launch.lock import LaunchLocked, acquire_all
+from rft.launch.lock import LaunchLocked, acquire_all, check_free
 from rft.launch.memory_plan import render as memory_plan
 from rft.launch.openrlhf_cli import FlagError, apply_negations, format_command, resolve_overrides
 from rft.launch.record import build_record, chat_date, git_state, tag_attempt, write_run_record
@@ -134,8 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 def _supervise(ns: argparse.Namespace, profile: Profile, rest: list[str], judge_live: bool) -> int:
     """A smoke run or the CPU profile: this launcher again as a child (`--supervised`), waited for here."""
     try:  # refuse now, before building or starting anything; the child holds the lock for the run
-        for fd in acquire_all(run_dirs(rest), os.environ.get("RUN_NAME", "")):
-            os.close(fd)
+        check_free(run_dirs(rest), os.environ.get("RUN_NAME", ""))
     except LaunchLocked as e:
         print(f"launch refused: {e}", file=sys.stderr)
         return 1

@@ -38,11 +38,11 @@ def nodes(env: dict[str, str]) -> str:
     return value
 
 
-def refuse_gpu_node(script: str = "train_grpo_cpu.sh") -> None:
+def refuse_gpu_node() -> None:
     """GpuNode where nvidia-smi lists GPUs: the stand-ins replace torch.cuda and must never run there."""
     n = gpu_count()
     if n > 0:
-        raise GpuNode(f"{script}: refused: nvidia-smi lists {n} GPU(s) here. The CPU profile replaces torch.cuda "
+        raise GpuNode(f"CPU profile: refused: nvidia-smi lists {n} GPU(s) here. The CPU profile replaces torch.cuda "
                       "with stand-ins and skips every GPU, disk and git check; on a GPU node use a GPU launch "
                       "script or `make train`.")
 

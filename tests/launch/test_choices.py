@@ -47,6 +47,7 @@ def test_lora_sync_flags_only_for_a_lora_command():
     assert lora_sync_flags({"LORA_SYNC": "native"}, ["--lora_rank", "8"]) == ["--vllm_sync_lora_via_object_store",
                                                                                "--vllm_sync_lora_native"]
     assert lora_sync_flags({}, []) == [] and lora_sync_flags({}, ["--lora_rank", "0"]) == []
+    assert lora_sync_flags({}, ["--lora_rank", "many"]) == []  # left to OpenRLHF's parser, which names it
     with pytest.raises(ChoiceError, match="LORA_SYNC=fused: expected merge or native"):
         lora_sync_flags({"LORA_SYNC": "fused"}, ["--lora_rank", "8"])
     with pytest.raises(ChoiceError, match="LORA_SYNC=native applies to LoRA runs"):

@@ -535,13 +535,13 @@ def test_standins_rule_keeps_the_cpu_profile_and_the_gpu_profiles_apart():
 
 
 def test_cpu_profile_is_refused_on_a_gpu_node(patched_root, data_dir, tmp_path):
-    """With nvidia-smi listing 8 GPUs neither the CPU script nor RFT_PROFILE=cpu on a GPU script gets through."""
+    """With nvidia-smi listing 8 GPUs neither the CPU script nor RFT_PROFILE=cpu on a GPU script gets through:
+    the launcher refuses the profile before anything else (rules.standins_rule holds the same line in the checks)."""
     env = script_env(patched_root, data_dir, tmp_path, PATH=fake_gpu_path(tmp_path))
-    res = run_script("train_grpo_cpu.sh", env, "--dry-run")
-    assert res.returncode == 1 and "train_grpo_cpu.sh: refused: nvidia-smi lists 8 GPU(s)" in res.stderr
-    assert res.stdout == ""
-    res = run_script("train_grpo_20b.sh", {**env, "RFT_PROFILE": "cpu"}, "--dry-run")
-    assert res.returncode == 1 and "ERROR CPU profile on a GPU node: nvidia-smi lists 8 GPU(s)" in res.stderr
+    for name, extra in (("train_grpo_cpu.sh", {}), ("train_grpo_20b.sh", {"RFT_PROFILE": "cpu"})):
+        res = run_script(name, {**env, **extra}, "--dry-run")
+        assert res.returncode == 1 and "CPU profile: refused: nvidia-smi lists 8 GPU(s)" in res.stderr, name
+        assert res.stdout == ""
 
 
 def test_gpu_profile_refuses_the_cpu_standins(patched_root, data_dir, tmp_path):

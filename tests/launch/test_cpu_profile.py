@@ -29,7 +29,7 @@ def test_a_gpu_node_is_refused(tmp_path, monkeypatch):
     (tmp_path / "nvidia-smi").write_text(FAKE_SMI)
     (tmp_path / "nvidia-smi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    with pytest.raises(cpu_profile.GpuNode, match=r"train_grpo_cpu.sh: refused: nvidia-smi lists 2 GPU\(s\)"):
+    with pytest.raises(cpu_profile.GpuNode, match=r"CPU profile: refused: nvidia-smi lists 2 GPU\(s\)"):
         cpu_profile.refuse_gpu_node()
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no nvidia-smi at all: a CPU machine
     cpu_profile.refuse_gpu_node()
