@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _supervise(ns: argparse.Namespace, profile: Profile, rest: list[str], judge_live: bool) -> int:
     """A smoke run or the CPU profile: this launcher again as a child (`--supervised`), waited for here."""
-    try:  # refuse now, before building or starting anything; the child holds the lock for the run
+    try:  # refused before anything is built or started; the child holds the lock for the run
         check_free(run_dirs(rest), os.environ.get("RUN_NAME", ""))
     except LaunchLocked as e:
         print(f"launch refused: {e}", file=sys.stderr)
