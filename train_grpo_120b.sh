@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpt-oss-120b over train_grpo_20b.sh: same GPU split, actor ZeRO-3 with CPU param + Adam offload, LoRA 64/128.
-# Usage: bash train_grpo_120b.sh [--dry-run] [any OpenRLHF flag, which overrides the script's] 2>&1 | tee train_120b.log
+# Usage: bash train_grpo_120b.sh [--dry-run] [any OpenRLHF flag, or --no_<flag>, which overrides the script's] 2>&1 | tee train_120b.log
 set -euo pipefail
 # shellcheck source=scripts/launch_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
@@ -47,25 +47,27 @@ ARGS=(
 # engines x TP 2 the 8 of the other; 0.9.3 has no flag naming a node for a role, the GPU counts decide.
 NODES="${NODES:-1}"
 case "$NODES" in
-    1) OFFLOAD_DEFAULT=1 ;;
+    1)
+        # One node: 234 GB of bf16 weights over 4 GPUs: parameters (--offload, our patched flag) and Adam states go
+        # to CPU, and ZeRO-3 offload needs reentrant gradient checkpointing (non-reentrant checks shapes that change).
+        ARGS+=(
+            --offload
+            --adam_offload
+            --gradient_checkpointing_use_reentrant
+        )
+        ;;
     2)
+        # 218 GiB of bf16 weights / 8 GPUs = 27 GiB each: the memory plan the dry run prints says the actor fits
+        # without offload (an estimate until measured on the nodes)
         ARGS+=(
             --actor_num_gpus_per_node 8
             --ref_num_gpus_per_node 8
             --vllm_num_engines 4
             --vllm_tensor_parallel_size 2
         )
-        # 218 GiB of bf16 weights / 8 GPUs = 27 GiB each: the memory plan the dry run prints says the actor fits
-        # without offload (an estimate until measured on the nodes)
-        OFFLOAD_DEFAULT=0
         ;;
     *) echo "NODES=$NODES: expected 1 or 2" >&2; exit 2 ;;
 esac
 export NODES
-# One node: 234 GB of bf16 weights over 4 GPUs: parameters (OFFLOAD, our patched flag) and Adam states go to CPU,
-# and ZeRO-3 offload needs reentrant gradient checkpointing (non-reentrant checks shapes that change).
-rft_switch OFFLOAD "$OFFLOAD_DEFAULT" --offload
-rft_switch ADAM_OFFLOAD "$OFFLOAD_DEFAULT" --adam_offload
-rft_switch REENTRANT_CHECKPOINTING "$OFFLOAD_DEFAULT" --gradient_checkpointing_use_reentrant
 
 exec bash "$RFT_ROOT/train_grpo_20b.sh" "${ARGS[@]}" "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GRPO (dr_grpo) LoRA training of gpt-oss-20b on one 8xH100 node: vLLM 2 engines x TP=2 on GPUs 0-3, actor ZeRO-3 on 4-7.
-# Usage: bash train_grpo_20b.sh [--dry-run] [any OpenRLHF flag, which overrides the script's] 2>&1 | tee train_20b.log
+# Usage: bash train_grpo_20b.sh [--dry-run] [any OpenRLHF flag, or --no_<flag>, which overrides the script's] 2>&1 | tee train_20b.log
 set -euo pipefail
 # shellcheck source=scripts/launch_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
@@ -10,23 +10,21 @@ MODEL="${MODEL:-openai/gpt-oss-20b}"
 # The actor/reference load ACTOR_MODEL (default MODEL: MXFP4, dequantized in process by our actor.patch);
 # point it at a bf16 copy from convert_mxfp4.py to skip that. vLLM always serves MODEL.
 ACTOR_MODEL="${ACTOR_MODEL:-$MODEL}"
-RUN_NAME="$(rft_run_name "${RUN_NAME:-gpt-oss-20b-grpo}")"   # SMOKE=1: ...-smoke
+export RUN_NAME="${RUN_NAME:-gpt-oss-20b-grpo}"   # SMOKE=1: the launcher runs it as ...-smoke
 DATA_DIR="${DATA_DIR:-$RFT_ROOT/data}"
 PROMPT_DATA="${PROMPT_DATA:-$DATA_DIR/sft_rl_pool.jsonl}"
 EVAL_DATA="${EVAL_DATA:-$DATA_DIR/probe_set_200_ood.jsonl}"
-# REWARD=em (exact match, default) or judge (Gemini-judged reasoning quality); REWARD_FUNC=path overrides.
-REWARD_FUNC="${REWARD_FUNC:-$(rft_reward_func)}"
 rft_storage "$RUN_NAME"  # SAVE_PATH, CKPT_PATH on $DATA_ROOT; METRICS_LOG_DIR, SAMPLES_LOG_DIR, SPIKE_LOG_PATH on $SCRATCH
 # RAY_ADDRESS (if set) makes OpenRLHF join that cluster; unset starts a fresh local Ray.
 
 ARGS=(
     --pretrain "$ACTOR_MODEL"
     --vllm_pretrain "$MODEL"
-    # Reward: REWARD=em (reward_func_em.py) or judge (reward_func_judge.py); eval needs a remote_rm_url in 0.9.3.
-    --remote_rm_url "$REWARD_FUNC"
     --prompt_data "$PROMPT_DATA"
     --input_key input
     --label_key label
+    # Rows hold problem + instruction; OpenRLHF ignores --input_template under the chat template.
+    --apply_chat_template
     --prompt_max_len 1024
     --generate_max_len 4096
     # Held-out OOD probe: greedy_pass@1 every 5 rollout steps (temp 0 with n>1 only measures nondeterminism).
@@ -35,7 +33,7 @@ ARGS=(
     --eval_temperature 0.0
     --eval_n_samples_per_prompt 1
     # Placement: 2 vLLM engines x TP=2 (MXFP4 native) on GPUs 0-3; actor + reference on GPUs 4-7
-    # (COLOCATE_ACTOR_REF below); more nodes: --actor_num_nodes/--ref_num_nodes/--vllm_num_engines.
+    # (colocated); more nodes: --actor_num_nodes/--ref_num_nodes/--vllm_num_engines.
     --vllm_num_engines 2
     --vllm_tensor_parallel_size 2
     --vllm_gpu_memory_utilization 0.85
@@ -43,9 +41,11 @@ ARGS=(
     --actor_num_gpus_per_node 4
     --ref_num_nodes 1
     --ref_num_gpus_per_node 4
+    --colocate_actor_ref
     # 20b fits ZeRO-3 without CPU offload (21 GB/GPU of bf16 weights).
     --zero_stage 3
     --param_dtype bf16
+    --gradient_checkpointing
     # gpt-oss attention sinks: eager honours them, flash_attention_2 drops them (never --packing_samples).
     --attn_implementation eager
     # LoRA on attention only (experts stay frozen: MoE routing stability); scaling alpha/rank = 2.
@@ -66,34 +66,23 @@ ARGS=(
     --num_episodes 20
     # Entropy logged, not optimised.
     --entropy_loss_coef 0
+    # The rollout/trainer gap, every step: vllm_kl (the number that proves the sync) and 0.9.3's truncated importance
+    # sampling on it (TIS, weights clamped to [0.5, 5]): MXFP4 engine vs bf16 trainer kernels never agree exactly
+    # (docs/lora-sync.md#the-rollouttrainer-gap). --no_enable_vllm_is_correction drops both (attempts 26-28).
+    --enable_vllm_is_correction
     # Checkpoints on the data disk every 5 rollout steps (~1 h at 10-13 min/step; an HF adapter for every probe
     # point): DeepSpeed state for resume, LoRA + Adam only with our save_model.patch (~0.2 GB/save at 20b,
     # benchmarks/bench_ckpt_size.py; 0.9.3 added the frozen base), the last 3 kept; plus a
-    # {tag}_hf LoRA adapter for eval (SAVE_HF_CKPT, all kept).
+    # {tag}_hf LoRA adapter for eval (all kept). --disable_ds_ckpt saves adapters only: nothing to resume from.
     --save_path "$SAVE_PATH"
     --ckpt_path "$CKPT_PATH"
     --save_steps 5
     --max_ckpt_num 3
+    --save_hf_ckpt
     --logging_steps 1
 )
 
-# Switches (store_true flags): 1 = on, set VAR=0 in the environment to drop the flag.
-# Rows hold problem + instruction; OpenRLHF ignores --input_template under the chat template.
-rft_switch APPLY_CHAT_TEMPLATE 1 --apply_chat_template
-rft_switch COLOCATE_ACTOR_REF 1 --colocate_actor_ref
-# Our patched LoRA-only weight sync (adapter A, B, scaling via the Ray object store); 0.9.3's own sync sends
-# PEFT names that vLLM ignores, so rollouts would stay on the base model. LORA_SYNC=merge (default) | native.
-rft_lora_sync
-# The rollout/trainer gap, every step: vllm_kl (the number that proves the sync) and 0.9.3's truncated importance
-# sampling on it (TIS, weights clamped to [0.5, 5]): MXFP4 engine vs bf16 trainer kernels never agree exactly
-# (docs/lora-sync.md#the-rollouttrainer-gap). VLLM_IS_CORRECTION=0 drops both (the loss of attempts 26-28).
-rft_switch VLLM_IS_CORRECTION 1 --enable_vllm_is_correction
-rft_switch GRADIENT_CHECKPOINTING 1 --gradient_checkpointing
-rft_switch SAVE_HF_CKPT 1 --save_hf_ckpt
-# DISABLE_DS_CKPT=1 saves no DeepSpeed state (adapters only): nothing to resume from.
-rft_switch DISABLE_DS_CKPT 0 --disable_ds_ckpt
-# DYNAMIC_FILTER=1 / PROMPT_HISTORY=1: drop or skip prompt groups that teach nothing (scripts/launch_lib.sh).
-rft_prompt_filter
-rft_resume train_grpo_20b.sh
-
-rft_launch "${RFT_PROFILE:-20b}" "${ARGS[@]}" "$@"
+# Decided by the launcher (rft/launch/choices.py; --dry-run prints each): the reward (REWARD=em|judge|PATH), the
+# LoRA sync to vLLM (LORA_SYNC=merge|native: our patched adapter-only sync; 0.9.3's own sends PEFT names vLLM
+# ignores), DYNAMIC_FILTER=1 / PROMPT_HISTORY=1, resume from $CKPT_PATH (RESUME=0: fresh), SMOKE=1.
+exec "$PYTHON" -m rft.launch --profile "${RFT_PROFILE:-20b}" -- "${ARGS[@]}" "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GRPO on ONE GPU, everything colocated (vLLM + DeepSpeed sleep), a 0.5B-1.5B Qwen-class model on GSM8K or the math pool.
-# Usage: bash train_grpo_small.sh [--preset fast|1hour|3hour|full] [--dry-run] [any OpenRLHF flag, which overrides]
+# Usage: bash train_grpo_small.sh [--preset fast|1hour|3hour|full|trl] [--dry-run] [any OpenRLHF flag or --no_<flag>]
 set -euo pipefail
 # shellcheck source=scripts/launch_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
@@ -43,23 +43,21 @@ case "$DATASET" in
 esac
 PROMPT_DATA="${PROMPT_DATA:-$DEFAULT_TRAIN}"
 EVAL_DATA="${EVAL_DATA:-$DEFAULT_EVAL}"
-# REWARD=em (exact match, default) or judge (Gemini-judged reasoning quality); REWARD_FUNC=path overrides.
-REWARD_FUNC="${REWARD_FUNC:-$(rft_reward_func)}"
 # The trl preset pays the guide's signed reward: +1 correct, -1 wrong, -0.5 no answer (a reward.toml of your own,
 # or RFT_REWARD_CONFIG, wins).
 [[ "$PRESET" == trl && -z "${RFT_REWARD_CONFIG:-}" && ! -f "$RFT_ROOT/reward.toml" ]] \
     && export RFT_REWARD_CONFIG="$RFT_ROOT/scripts/reward_signed.toml"
-RUN_NAME="$(rft_run_name "${RUN_NAME:-small-grpo-$DATASET-$PRESET}")"   # SMOKE=1: ...-smoke
+export RUN_NAME="${RUN_NAME:-small-grpo-$DATASET-$PRESET}"   # SMOKE=1: the launcher runs it as ...-smoke
 rft_local_storage "$RUN_NAME"  # runs/$RUN_NAME/{metrics,samples} (OUT_ROOT); the model and checkpoints beside
 SAVE_PATH="${SAVE_PATH:-$RUN_DIR/model}"
 CKPT_PATH="${CKPT_PATH:-$RUN_DIR/ckpt}"
 
 ARGS=(
     --pretrain "$MODEL"
-    --remote_rm_url "$REWARD_FUNC"
     --prompt_data "$PROMPT_DATA"
     --input_key input
     --label_key label
+    --apply_chat_template
     --max_samples "$MAX_SAMPLES"
     --prompt_max_len 512
     --generate_max_len "$MAX_NEW"
@@ -70,10 +68,14 @@ ARGS=(
     --ref_num_gpus_per_node 1
     --vllm_num_engines 1
     --vllm_tensor_parallel_size 1
+    --colocate_all_models
     # vLLM sleeps during training, so it may take half the GPU while generating.
+    --vllm_enable_sleep
+    --deepspeed_enable_sleep
     --vllm_gpu_memory_utilization 0.5
     --zero_stage 3
     --param_dtype bf16
+    --gradient_checkpointing
     # Full-parameter training: a 0.5B-1.5B model fits, and it uses OpenRLHF's stock weight sync (no LoRA path).
     --advantage_estimator group_norm
     --actor_learning_rate 1e-6
@@ -87,6 +89,8 @@ ARGS=(
     --micro_train_batch_size 4
     --num_episodes "$EPISODES"
     --entropy_loss_coef 0
+    # vllm_kl every step and TIS on it (docs/lora-sync.md#the-rollouttrainer-gap)
+    --enable_vllm_is_correction
     --save_path "$SAVE_PATH"
     --ckpt_path "$CKPT_PATH"
     --save_steps 10
@@ -111,11 +115,6 @@ if [[ "$PRESET" == trl ]]; then
         --train_batch_size 16
         --micro_train_batch_size 4
     )
-    # LoRA weights reach vLLM through our sync: LORA_SYNC=merge (default) or native, as in the 20b scripts.
-    rft_lora_sync
-elif [[ -n "${LORA_SYNC:-}" ]]; then
-    echo "train_grpo_small.sh: LORA_SYNC=$LORA_SYNC applies to the LoRA preset (--preset trl); $PRESET trains every parameter" >&2
-    exit 2
 fi
 if [[ "$EVAL_STEPS" != -1 ]]; then
     # Greedy pass@1 on the held-out set.
@@ -127,16 +126,7 @@ if [[ "$EVAL_STEPS" != -1 ]]; then
     )
 fi
 
-rft_switch APPLY_CHAT_TEMPLATE 1 --apply_chat_template
-rft_switch COLOCATE_ALL 1 --colocate_all_models
-rft_switch VLLM_SLEEP 1 --vllm_enable_sleep
-rft_switch DEEPSPEED_SLEEP 1 --deepspeed_enable_sleep
-rft_switch GRADIENT_CHECKPOINTING 1 --gradient_checkpointing
-# vllm_kl every step and TIS on it (docs/lora-sync.md#the-rollouttrainer-gap); VLLM_IS_CORRECTION=0 drops both
-rft_switch VLLM_IS_CORRECTION 1 --enable_vllm_is_correction
-# Resume automatically from the last DeepSpeed checkpoint when one exists (RESUME=0 starts fresh).
-# DYNAMIC_FILTER=1 / PROMPT_HISTORY=1: drop or skip prompt groups that teach nothing (scripts/launch_lib.sh).
-rft_prompt_filter
-rft_resume train_grpo_small.sh
-
-rft_launch small "${ARGS[@]}" "${PASS[@]}"
+# Decided by the launcher (rft/launch/choices.py; --dry-run prints each): the reward (REWARD=em|judge|PATH), the
+# LoRA sync of the trl preset (LORA_SYNC=merge|native), DYNAMIC_FILTER=1 / PROMPT_HISTORY=1, resume (RESUME=0:
+# fresh), SMOKE=1.
+exec "$PYTHON" -m rft.launch --profile small -- "${ARGS[@]}" "${PASS[@]}"

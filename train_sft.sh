@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # LoRA SFT fallback for gpt-oss-20b on data/sft_train.jsonl (OpenRLHF's train_sft via the DeepSpeed launcher).
-# Usage: bash train_sft.sh [--dry-run] [any OpenRLHF train_sft flag, which overrides]   (only when \boxed{} rate < 95%)
+# Usage: bash train_sft.sh [--dry-run] [any OpenRLHF train_sft flag, or --no_<flag>, which overrides]   (only when \boxed{} rate < 95%)
 set -euo pipefail
 # shellcheck source=scripts/launch_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
 
 MODEL="${MODEL:-openai/gpt-oss-20b}"
-RUN_NAME="${RUN_NAME:-gpt-oss-20b-sft}"
+export RUN_NAME="${RUN_NAME:-gpt-oss-20b-sft}"
 DATA_DIR="${DATA_DIR:-$RFT_ROOT/data}"
 SFT_DATA="${SFT_DATA:-$DATA_DIR/sft_train.jsonl}"
 SFT_EVAL="${SFT_EVAL:-$DATA_DIR/sft_dev.jsonl}"
@@ -37,6 +37,11 @@ ARGS=(
     --max_epochs 2
     --train_batch_size 64
     --micro_train_batch_size 1
+    --apply_chat_template
+    --gradient_checkpointing
+    # an HF adapter per checkpoint, no DeepSpeed state (nothing to resume: the SFT fallback is short)
+    --save_hf_ckpt
+    --disable_ds_ckpt
     --save_path "$SAVE_PATH"
     --ckpt_path "$CKPT_PATH"
     --save_steps 50
@@ -44,9 +49,5 @@ ARGS=(
     --max_ckpt_num 3
     --logging_steps 1
 )
-rft_switch APPLY_CHAT_TEMPLATE 1 --apply_chat_template
-rft_switch GRADIENT_CHECKPOINTING 1 --gradient_checkpointing
-rft_switch SAVE_HF_CKPT 1 --save_hf_ckpt
-rft_switch DISABLE_DS_CKPT 1 --disable_ds_ckpt
 
-rft_launch sft "${ARGS[@]}" "$@"
+exec "$PYTHON" -m rft.launch --profile sft -- "${ARGS[@]}" "$@"

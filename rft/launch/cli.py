@@ -1,8 +1,9 @@
 """`python -m rft.launch --profile 20b [--dry-run] -- <OpenRLHF flags>`: check, record, then exec OpenRLHF.
 
-It resolves the command and runs every rule (`rft.launch.rules`); with --dry-run it prints the command and the
-checks and exits; otherwise it refuses a dirty git tree, tags `attempt-NN-start`, writes a run record
-(`rft.launch.record`) and execs OpenRLHF.
+It resolves the command (`--no_<flag>` pairs, rft's choices from `rft.launch.choices`) and runs every rule
+(`rft.launch.rules`); with --dry-run it prints every decision, the command and the checks and exits; otherwise
+it refuses a dirty git tree, tags `attempt-NN-start`, writes a run record (`rft.launch.record`) and execs
+OpenRLHF. A smoke run and the CPU profile are supervised instead (`rft.launch.supervise`).
 """
 
 from __future__ import annotations
@@ -10,16 +11,20 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 from rft.io import flag_value
-from rft.launch.lock import LaunchLocked, acquire_all
+from rft.launch import cpu_profile
+from rft.launch.choices import ChoiceError, Decisions, decide, with_suffix
+from rft.launch.lock import LaunchLocked, acquire_all, check_free
 from rft.launch.memory_plan import render as memory_plan
-from rft.launch.openrlhf_cli import format_command, resolve_overrides
+from rft.launch.openrlhf_cli import FlagError, apply_negations, format_command, resolve_overrides
 from rft.launch.record import build_record, chat_date, git_state, tag_attempt, write_run_record
 from rft.launch.rules import PROFILES, Profile, run_checks, sft_gpus, smoke_mode
 from rft.launch.smoke import smoke_flags
+from rft.launch.supervise import supervise
 from rft.provenance import REPO_ROOT, GitError
 
 LOG_ENV = ("METRICS_LOG_DIR", "SAMPLES_LOG_DIR", "SPIKE_LOG_PATH", "RAY_ADDRESS", "CUDA_VISIBLE_DEVICES")
@@ -63,8 +68,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="REWARD=judge: skip the one live judge call made before any GPU work (also JUDGE_LIVE_CHECK=0)",
     )
     p.add_argument("--repo", default=str(REPO_ROOT), help="git repository to tag (default: this checkout)")
+    p.add_argument("--run-dir", help="CPU profile: the run's directory (dashboard; default: METRICS_LOG_DIR/..)")
+    p.add_argument("--supervised", action="store_true",
+                   help="internal: the flags are final (a supervising launcher resolved them); check and exec")
     p.add_argument("openrlhf_args", nargs=argparse.REMAINDER, help="-- then the OpenRLHF flags")
     return p
+
+
+def resolve_command(profile: Profile, rest: list[str], env: dict[str, str]) -> tuple[list[str], Decisions]:
+    """The final OpenRLHF flags: rft's choices in front, `--no_<flag>` pairs resolved, the smoke rewrite."""
+    entry = profile.entry
+    d = decide(entry, apply_negations(resolve_overrides(rest, entry), entry), env)
+    if profile.cpu:
+        d.tail += cpu_profile.NODE_FLAGS[cpu_profile.nodes(env)]
+        d.lines += cpu_profile.plan_lines(rest, env)
+    flags = resolve_overrides(apply_negations([*d.flags, *rest, *d.tail], entry), entry)
+    if d.env.get("RFT_SMOKE") == "1" and entry == "ppo":
+        flags = resolve_overrides(smoke_flags(flags), entry)
+    return flags, d
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,9 +96,27 @@ def main(argv: list[str] | None = None) -> int:
     judge_live = not (ns.no_judge_check or "--no-judge-check" in rest)
     rest = [t for t in rest if t not in ("--dry-run", "--no-judge-check")]
     profile = PROFILES[ns.profile]
-    rest = resolve_overrides(rest, profile.entry)
-    if smoke_mode() and profile.entry == "ppo":
-        rest = resolve_overrides(smoke_flags(rest), profile.entry)
+    if ns.supervised:
+        rest = resolve_overrides(rest, profile.entry)
+    else:
+        try:
+            if profile.cpu:
+                cpu_profile.refuse_gpu_node()
+            rest, decisions = resolve_command(profile, rest, dict(os.environ))
+        except cpu_profile.GpuNode as e:
+            print(e, file=sys.stderr)
+            return 1
+        except (ChoiceError, FlagError) as e:
+            print(f"launch refused: {e}", file=sys.stderr)
+            return 2
+        if ns.run_dir and decisions.env.get("RUN_NAME"):  # a smoke run: its run directory too
+            ns.run_dir = with_suffix(ns.run_dir, os.environ.get("RUN_NAME", ""))
+        os.environ.update(decisions.env)
+        if profile.cpu:
+            os.environ.update(cpu_profile.standin_env(dict(os.environ)))
+        print("# decisions:\n" + "\n".join(f"  {ln}" for ln in decisions.lines), file=sys.stderr)
+        if not dry_run and (profile.cpu or smoke_mode()):
+            return _supervise(ns, profile, rest, judge_live)
     locks: list[int] = []
     if not dry_run:
         try:  # held through the exec below: the lock lives as long as the OpenRLHF driver
@@ -92,6 +131,32 @@ def main(argv: list[str] | None = None) -> int:
             os.close(fd)
 
 
+def _supervise(ns: argparse.Namespace, profile: Profile, rest: list[str], judge_live: bool) -> int:
+    """A smoke run or the CPU profile: this launcher again as a child (`--supervised`), waited for here."""
+    try:  # refused before anything is built or started; the child holds the lock for the run
+        check_free(run_dirs(rest), os.environ.get("RUN_NAME", ""))
+    except LaunchLocked as e:
+        print(f"launch refused: {e}", file=sys.stderr)
+        return 1
+    child = [sys.executable, "-m", "rft.launch", "--profile", profile.name, "--supervised", "--repo", ns.repo,
+             *([] if judge_live else ["--no-judge-check"]), "--", *rest]
+    env = dict(os.environ)
+    if not profile.cpu:
+        return supervise(profile, child, env, smoke=True)
+    metrics = Path(env["METRICS_LOG_DIR"])
+    run_dir = Path(ns.run_dir) if ns.run_dir else metrics.parent
+    try:
+        cpu_profile.build_inputs(rest, env)
+        with cpu_profile.private_ray(env) as address:
+            env["RAY_ADDRESS"] = address
+            cpu_profile.prepare_dirs(run_dir, env)
+            return supervise(profile, child, env, smoke_mode(),
+                             after=lambda status: cpu_profile.finish(status, run_dir, address, env))
+    except (subprocess.CalledProcessError, RuntimeError) as e:
+        print(f"CPU profile: {e}", file=sys.stderr)
+        return 1
+
+
 def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str], dry_run: bool,
                       judge_live: bool, env: dict[str, str]) -> int:
     """Run the checks on `env` (the environment, read once by main); print them (dry run) or refuse, tag,
@@ -102,7 +167,7 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
     plan, fits = ("", None) if profile.cpu else memory_plan(rest, nodes=int(os.environ.get("NODES") or 1))
     if fits is False:
         rep.warnings.append("memory plan: the actor does not fit its GPUs by the estimate below "
-                            "(OFFLOAD=1 ADAM_OFFLOAD=1, or more actor GPUs)")
+                            "(--offload --adam_offload, or more actor GPUs)")
     repo = Path(ns.repo)
     try:
         state = git_state(repo, os.environ.get("ATTEMPT"))
@@ -174,8 +239,8 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
     print(command, flush=True)
     if os.environ.get("RFT_LAUNCH_NO_EXEC") == "1":  # tests of the workflow stop here
         return 0
-    # the launch scripts run this as a background job of a non-interactive shell (rft_run_forwarding), which
-    # starts with SIGINT ignored; the driver gets it back, so `monitor.sh --end-on-stop` can interrupt it
+    # a launch script started as a background job of a non-interactive shell has SIGINT ignored; the driver
+    # gets it back, so `monitor.sh --end-on-stop` can interrupt it
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.execvp(prefix[0], prefix + rest)
     return 0  # not reached

@@ -12,7 +12,6 @@ import fcntl
 import json
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 
@@ -77,17 +76,8 @@ def acquire_all(directories: list[Path], run: str = "") -> list[int]:
     return fds
 
 
-def main(argv: list[str]) -> int:
-    """`python -m rft.launch.lock DIR...`: exit 1 naming the holder when a launch holds one of the DIRs (takes
-    and releases each lock; a script's early check before it starts anything)."""
-    try:
-        for fd in acquire_all([Path(d) for d in argv]):
-            os.close(fd)
-    except LaunchLocked as e:
-        print(f"launch refused: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+def check_free(directories: list[Path], run: str = "") -> None:
+    """LaunchLocked when a launch holds one of `directories`; takes and releases each lock (a supervising
+    launcher's early check, before it builds or starts anything; its child holds the lock for the run)."""
+    for fd in acquire_all(directories, run):
+        os.close(fd)

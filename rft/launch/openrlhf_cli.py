@@ -143,6 +143,49 @@ def known_flags(entry: str = "ppo", root: Path | None = None) -> set[str]:
     return flags
 
 
+def store_true_flags(entry: str = "ppo") -> set[str]:
+    """The option strings the (patched) parser defines with `action="store_true"`, e.g. {'--offload', ...}."""
+    tree = ast.parse(cli_source(entry).read_text(encoding="utf-8"))
+    flags = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+            action = next((k.value for k in node.keywords if k.arg == "action"), None)
+            if isinstance(action, ast.Constant) and action.value == "store_true":
+                flags.update(a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--"))
+    return flags
+
+
+NEGATION = "--no_"
+
+
+def apply_negations(argv: list[str], entry: str = "ppo") -> list[str]:
+    """Turn store_true flags off: `--no_<flag>` and `--<flag>` cancel out, the last one given wins.
+
+    Both are removed; when `--<flag>` came last it stays, in the place of its first occurrence. A `--no_x`
+    that OpenRLHF defines itself passes through; one whose `--x` is not a store_true flag is a FlagError.
+    """
+    known, switches = known_flags(entry), store_true_flags(entry)
+    last: dict[str, bool | None] = {}
+    for tok in argv:
+        if tok.startswith(NEGATION) and tok not in known:
+            flag = "--" + tok.removeprefix(NEGATION)
+            if flag not in switches:
+                raise FlagError(f"{tok}: {flag} is not a store_true flag of OpenRLHF {cli_source(entry).name}, "
+                                "so there is nothing to turn off")
+            last[flag] = False
+        elif tok in switches:
+            last[tok] = True
+    out: list[str] = []
+    for tok in argv:
+        flag = "--" + tok.removeprefix(NEGATION) if tok.startswith(NEGATION) and tok not in known else tok
+        if flag not in last:
+            out.append(tok)
+        elif last[flag] is True:
+            out.append(flag)
+            last[flag] = None  # placed: later occurrences go
+    return out
+
+
 def group_flags(argv: list[str]) -> list[list[str]]:
     """Split argv into [flag, values...] groups (a leading non-flag token forms its own group)."""
     groups: list[list[str]] = []

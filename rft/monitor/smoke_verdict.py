@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 from rft.launch.smoke import SMOKE_STEPS
+from rft.launch.supervise import GPU_FILE  # written beside the metrics by rft.monitor.gpu_memory, which the launch starts
 from rft.monitor.diagnosis import Thresholds
 from rft.monitor.logs import read_metrics
 
 KL_BOUND = Thresholds().vllm_kl_fail  # |vllm_kl| after a sync: the monitor's FAIL line (docs/launching.md#smoke-mode)
 PROBE_MIN_MOVE = 1e-3  # mean |Δ log-prob| per probe token after the first update
-GPU_FILE = "smoke_gpu_memory.json"  # written beside the metrics by rft.monitor.gpu_memory (scripts/launch_lib.sh)
 
 
 def checks(rows: dict[int, dict], kl_bound: float = KL_BOUND, min_move: float = PROBE_MIN_MOVE,

@@ -1,6 +1,6 @@
 """SMOKE=1 on the CPU profile: the same code path as `SMOKE=1 bash train_grpo_20b.sh` (the launcher's smoke
 recipe, the sync probe in the patched actor, the verdict), on the tiny model. With the sync it must PASS; with
-the sync skipped (SYNC_OFF=1: the adapter never reaches vLLM) it must FAIL."""
+the sync skipped (--vllm_sync_lora_skip: the adapter never reaches vLLM) it must FAIL."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def smoke(out_root: Path, inputs: Path, name: str, **extra: str) -> tuple[int, str]:
+def smoke(out_root: Path, inputs: Path, name: str, *flags: str, **extra: str) -> tuple[int, str]:
     """`SMOKE=1 bash train_grpo_cpu.sh` to the end: (exit status, its output)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "METRICS_", "SAMPLES_", "SPIKE_"))}
     env.update(PYTHON=sys.executable, OUT_ROOT=str(out_root), INPUTS=str(inputs), RUN_NAME=name, SMOKE="1",
                TQDM_DISABLE="1", **extra)
     log = out_root / f"{name}.log"
     with open(log, "wb") as f:
-        proc = subprocess.Popen(["bash", str(ROOT / "train_grpo_cpu.sh")], env=env, cwd=ROOT, stdout=f,
+        proc = subprocess.Popen(["bash", str(ROOT / "train_grpo_cpu.sh"), *flags], env=env, cwd=ROOT, stdout=f,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             rc = proc.wait(timeout=1800)
@@ -49,7 +49,7 @@ def test_smoke_passes_with_the_sync_and_fails_without_it(tmp_path, inputs):
     assert any("PASS  every targeted module synced at every step: 3 step(s)" in ln for ln in lines)
     assert any(ln.startswith("  info  sync seconds: ") for ln in lines)
 
-    rc, out = smoke(tmp_path, inputs, "cpu-nosync", SYNC_OFF="1")
+    rc, out = smoke(tmp_path, inputs, "cpu-nosync", "--vllm_sync_lora_skip")
     lines = verdict_lines(out)
     print("\n".join(lines))
     assert rc == 1 and lines[-1] == "SMOKE FAIL", out[-6000:]

@@ -66,9 +66,9 @@ def runs(tmp_path_factory, inputs) -> dict:
     """The demo run with the adapter sync, and the same run with it switched off (the ablation)."""
     out = tmp_path_factory.mktemp("cpu-runs")
     result = {}
-    for name, env in (("sync", {}), ("nosync", {"SYNC_OFF": "1"})):
+    for name, flags in (("sync", []), ("nosync", ["--vllm_sync_lora_skip"])):
         started = time.time()
-        rc, log = run(out, inputs, name, **env)
+        rc, log = run(out, inputs, name, *flags)
         result[name] = {"rc": rc, "log": log, "dir": out / name, "seconds": time.time() - started}
     print(side_by_side(result))
     return result
@@ -227,7 +227,7 @@ def test_reward_errors_and_missing_labels_are_counted_not_fatal(inputs, tmp_path
         del rows[i]["label"]
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     rc, log = run(tmp_path, inputs, "faults", *SHORT, "--prompt_data", str(prompts),
-                  REWARD_FUNC=str(ROOT / "tests" / "cpu" / "flaky_reward.py"))
+                  REWARD=str(ROOT / "tests" / "cpu" / "flaky_reward.py"))
     assert rc == 0, log[-6000:]
     got = train_rows(tmp_path / "faults")
     assert [r["global_step"] for r in got] == list(range(1, 33))

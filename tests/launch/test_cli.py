@@ -18,7 +18,13 @@ from rft.fixtures.judge_server import JudgeServer
 from rft.fixtures.reward_files import write_reward_toml
 from rft.io import atomic_write_jsonl, sha256_file
 from rft.launch import cli, prereqs, rules
-from rft.launch.openrlhf_cli import FlagError, parse_args, resolve_overrides
+from rft.launch.openrlhf_cli import (
+    FlagError,
+    apply_negations,
+    parse_args,
+    resolve_overrides,
+    store_true_flags,
+)
 from tests.launch.rows import rows
 from tests.support.git import git
 
@@ -162,7 +168,7 @@ def test_two_nodes_120b_puts_the_actor_on_8_gpus_without_offload_and_prints_its_
     )
     assert "on each GPU of 79.6 GiB: fits" in res.stderr and "memory plan: the actor does not fit" not in res.stderr
     # the one-node layout without offload is over by the same plan
-    one = run_script("train_grpo_120b.sh", {**env, "OFFLOAD": "0", "ADAM_OFFLOAD": "0"}, "--dry-run")
+    one = run_script("train_grpo_120b.sh", env, "--dry-run", "--no_offload", "--no_adam_offload")
     assert "does NOT fit" in one.stderr and "memory plan: the actor does not fit" in one.stderr
     bad = run_script("train_grpo_120b.sh", {**env, "NODES": "3"}, "--dry-run")
     assert bad.returncode == 2 and "NODES=3: expected 1 or 2" in bad.stderr
@@ -175,11 +181,18 @@ def test_command_line_overrides_script(patched_root, data_dir, tmp_path, monkeyp
     argv, a = parsed_command(res.stdout, patched_root, monkeypatch)
     assert (a.num_episodes, a.actor_learning_rate) == (50, 1e-6)
     assert argv.count("--num_episodes") == 1
-    # A switch (store_true flag) is dropped through its environment variable.
-    res = run_script("train_grpo_20b.sh", {**env, "SAVE_HF_CKPT": "0"}, "--dry-run")
-    assert res.returncode == 0 and "--save_hf_ckpt" not in res.stdout
-    res = run_script("train_grpo_120b.sh", {**env, "VLLM_IS_CORRECTION": "0"}, "--dry-run")
-    assert res.returncode == 0 and "--enable_vllm_is_correction" not in res.stdout
+    # A store_true flag the script sets is turned off by --no_<flag>, also through a wrapper script.
+    res = run_script("train_grpo_20b.sh", env, "--no_gradient_checkpointing", "--dry-run")
+    assert res.returncode == 0 and "--gradient_checkpointing" not in res.stdout, res.stderr
+    assert "--no_gradient_checkpointing" not in res.stdout
+    res = run_script("train_grpo_120b.sh", env, "--dry-run", "--no_enable_vllm_is_correction", "--no_save_hf_ckpt")
+    assert res.returncode == 0 and "--enable_vllm_is_correction" not in res.stdout and "--save_hf_ckpt" not in res.stdout
+    # the last of the pair wins
+    res = run_script("train_grpo_20b.sh", env, "--dry-run", "--no_save_hf_ckpt", "--save_hf_ckpt")
+    assert res.returncode == 0 and res.stdout.count("--save_hf_ckpt") == 1
+    # a --no_ of a flag that takes a value is an error naming it
+    res = run_script("train_grpo_20b.sh", env, "--dry-run", "--no_eps_clip")
+    assert res.returncode == 2 and "--no_eps_clip: --eps_clip is not a store_true flag" in res.stderr
 
 
 def test_lora_sync_switch_merge_or_native(patched_root, data_dir, tmp_path, monkeypatch):
@@ -310,7 +323,7 @@ def test_small_presets_and_resume(patched_root, data_dir, tmp_path, monkeypatch)
     native = run_script("train_grpo_small.sh", {**env, "LORA_SYNC": "native"}, "--preset", "trl", "--dry-run")
     assert native.returncode == 0 and parsed_command(native.stdout, patched_root, monkeypatch)[1].vllm_sync_lora_native
     full = run_script("train_grpo_small.sh", {**env, "LORA_SYNC": "native"}, "--preset", "fast", "--dry-run")
-    assert full.returncode == 2 and "applies to the LoRA preset" in full.stderr
+    assert full.returncode == 2 and "LORA_SYNC=native applies to LoRA runs" in full.stderr
     ckpt = tmp_path / "runs" / "small-grpo-gsm8k-fast" / "ckpt" / "_actor"
     ckpt.mkdir(parents=True)
     (ckpt / "latest").write_text("global_step10")
@@ -335,13 +348,29 @@ def test_gpt_oss_scripts_resume_by_default(name, patched_root, data_dir, tmp_pat
     assert parsed_command(res.stdout, patched_root, monkeypatch)[1].load_checkpoint
     assert "--load_checkpoint" not in run_script(name, {**env, "RESUME": "0"}, "--dry-run").stdout
     assert run_script(name, {**env, "RESUME": "yes"}, "--dry-run").returncode == 2
-    off = run_script(name, {**env, "DISABLE_DS_CKPT": "1", "RESUME": "0"}, "--dry-run")
+    off = run_script(name, {**env, "RESUME": "0"}, "--dry-run", "--disable_ds_ckpt")
     assert parsed_command(off.stdout, patched_root, monkeypatch)[1].disable_ds_ckpt
 
 
 def test_resolve_overrides_expands_abbreviations():
     argv = ["--eps_clip", "0.2", "--target_modules", "q", "k", "--eps_clip=0.1", "--num_ep", "3", "--num_episodes", "4"]
     assert resolve_overrides(argv) == ["--eps_clip", "0.1", "--target_modules", "q", "k", "--num_episodes", "4"]
+
+
+def test_negations_remove_the_pair_and_the_last_one_wins(patched_root, monkeypatch):
+    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
+    assert "--gradient_checkpointing" in store_true_flags() and "--eps_clip" not in store_true_flags()
+    base = ["--gradient_checkpointing", "--eps_clip", "0.1", "--offload"]
+    assert apply_negations([*base, "--no_gradient_checkpointing"]) == ["--eps_clip", "0.1", "--offload"]
+    # on again after the --no_: in the place of the pair's first occurrence, once
+    assert apply_negations([*base, "--no_gradient_checkpointing", "--gradient_checkpointing"]) == base
+    assert apply_negations(["--no_offload", "--lora_rank", "4", "--offload", "--offload"]) == ["--offload", "--lora_rank",
+                                                                                               "4"]
+    assert apply_negations(["--no_load_checkpoint"]) == []  # turning off a flag nobody set is no error
+    assert apply_negations(["--no_save_hf_ckpt"], "sft") == []
+    for bad, flag in ((["--no_eps_clip", "0.1"], "--eps_clip"), (["--no_nothing_at_all"], "--nothing_at_all")):
+        with pytest.raises(FlagError, match=f"{bad[0]}: {flag} is not a store_true flag of OpenRLHF train_ppo_ray.py"):
+            apply_negations(bad)
 
 
 def test_parser_errors_are_flag_errors():
@@ -379,7 +408,10 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     reward.write_text("def reward_func(q, p, l):\n    return 0\n")
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "reward")
-    flags = ["--pretrain", "openai/gpt-oss-20b", "--remote_rm_url", str(reward), "--prompt_data",
+    monkeypatch.setenv("REWARD", str(reward))  # the launcher puts it in front: --remote_rm_url REWARD
+    for name in ("DYNAMIC_FILTER", "PROMPT_HISTORY", "LORA_SYNC", "SMOKE", "RESUME"):
+        monkeypatch.delenv(name, raising=False)
+    flags = ["--remote_rm_url", str(reward), "--pretrain", "openai/gpt-oss-20b", "--prompt_data",
              str(data_dir / "sft_rl_pool.jsonl"), "--eval_dataset", str(data_dir / "probe_set_200_ood.jsonl"),
              "--input_key", "input", "--label_key", "label", "--advantage_estimator", "dr_grpo",
              "--attn_implementation", "eager", "--n_samples_per_prompt", "8", "--rollout_batch_size", "16",
@@ -508,13 +540,13 @@ def test_standins_rule_keeps_the_cpu_profile_and_the_gpu_profiles_apart():
 
 
 def test_cpu_profile_is_refused_on_a_gpu_node(patched_root, data_dir, tmp_path):
-    """With nvidia-smi listing 8 GPUs neither the CPU script nor RFT_PROFILE=cpu on a GPU script gets through."""
+    """With nvidia-smi listing 8 GPUs neither the CPU script nor RFT_PROFILE=cpu on a GPU script gets through:
+    the launcher refuses the profile before anything else (rules.standins_rule holds the same line in the checks)."""
     env = script_env(patched_root, data_dir, tmp_path, PATH=fake_gpu_path(tmp_path))
-    res = run_script("train_grpo_cpu.sh", env, "--dry-run")
-    assert res.returncode == 1 and "train_grpo_cpu.sh: refused: nvidia-smi lists 8 GPU(s)" in res.stderr
-    assert res.stdout == ""
-    res = run_script("train_grpo_20b.sh", {**env, "RFT_PROFILE": "cpu"}, "--dry-run")
-    assert res.returncode == 1 and "ERROR CPU profile on a GPU node: nvidia-smi lists 8 GPU(s)" in res.stderr
+    for name, extra in (("train_grpo_cpu.sh", {}), ("train_grpo_20b.sh", {"RFT_PROFILE": "cpu"})):
+        res = run_script(name, {**env, **extra}, "--dry-run")
+        assert res.returncode == 1 and "CPU profile: refused: nvidia-smi lists 8 GPU(s)" in res.stderr, name
+        assert res.stdout == ""
 
 
 def test_gpu_profile_refuses_the_cpu_standins(patched_root, data_dir, tmp_path):
