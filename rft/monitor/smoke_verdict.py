@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from rft.launch.smoke import SMOKE_STEPS
-from rft.launch.supervise import GPU_FILE  # written beside the metrics by rft.monitor.gpu_memory, which the launch starts
+from rft.launch.supervise import GPU_FILE
 from rft.monitor.diagnosis import Thresholds
 from rft.monitor.logs import read_metrics
 
