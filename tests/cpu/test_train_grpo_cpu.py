@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import stop_group
+from tests.support.processes import start_group, stop_group
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,8 +39,8 @@ def cpu_env(out_root: Path, inputs: Path, name: str, **extra: str) -> dict[str, 
 def launch(out_root: Path, inputs: Path, name: str, *flags: str, **env: str) -> subprocess.Popen:
     """Start train_grpo_cpu.sh (own process group); its output goes to <out_root>/<name>.log."""
     log = open(out_root / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process by the caller
-    return subprocess.Popen(["bash", str(SCRIPT), *flags], env=cpu_env(out_root, inputs, name, **env), cwd=ROOT,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return start_group(["bash", str(SCRIPT), *flags], env=cpu_env(out_root, inputs, name, **env), cwd=ROOT,
+                       stdout=log, stderr=subprocess.STDOUT)
 
 
 def run(out_root: Path, inputs: Path, name: str, *flags: str, timeout: float = 1200, **env: str) -> tuple[int, str]:
@@ -49,8 +49,7 @@ def run(out_root: Path, inputs: Path, name: str, *flags: str, timeout: float = 1
     try:
         rc = proc.wait(timeout=timeout)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)
     return rc, (out_root / f"{name}.log").read_text(errors="replace")
 
 
@@ -304,8 +303,7 @@ def test_monitor_ends_the_run_on_a_generated_stop_after_the_next_checkpoint(inpu
             capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable}, cwd=ROOT)
         proc.wait(timeout=300)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)
     assert mon.returncode == 2, mon.stdout[-3000:] + mon.stderr[-3000:]
     record = json.loads(next((run_dir / "metrics").glob("run_record_*.json")).read_text())
     entry = record["stopped_by_monitor"]
