@@ -14,6 +14,7 @@ import pytest
 
 from rft.fixtures.judge_server import JudgeServer
 from rft.fixtures.openrlhf_wheel import unpack_pristine_openrlhf
+from tests.support.processes import restore_default_sigint
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_SUITE_ENV = "RFT_VLLM_SUITE"
@@ -32,7 +33,8 @@ def real_vllm_problem() -> str | None:
 
 
 def pytest_configure(config) -> None:
-    """The vLLM suite refuses to start without the real engine."""
+    """SIGINT's default for the suite and its children, however it was started; the vLLM suite needs the real engine."""
+    restore_default_sigint()
     if os.environ.get(VLLM_SUITE_ENV) == "1":
         problem = real_vllm_problem()
         if problem:

@@ -32,6 +32,11 @@ def cache_env(env: Mapping[str, str]) -> dict[str, str]:
     return {var: env.get(var) or os.path.join(root, sub) for var, sub in CACHE_DIRS.items()}
 
 
+def cache_line(caches: Mapping[str, str]) -> str:
+    """The dry run's line for the caches a launch exports."""
+    return "caches: " + ", ".join(f"{var}={path}" for var, path in caches.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m rft.launch.caches", description=__doc__.splitlines()[0])
     p.parse_args(argv)

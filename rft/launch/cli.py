@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rft.io import flag_value
 from rft.launch import cpu_profile
+from rft.launch.caches import cache_env, cache_line
 from rft.launch.choices import ChoiceError, Decisions, decide, with_suffix
 from rft.launch.lock import LaunchLocked, acquire_all, check_free
 from rft.launch.memory_plan import render as memory_plan
@@ -112,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         if ns.run_dir and decisions.env.get("RUN_NAME"):  # a smoke run: its run directory too
             ns.run_dir = with_suffix(ns.run_dir, os.environ.get("RUN_NAME", ""))
         os.environ.update(decisions.env)
+        if profile.data_disk:  # every process of the run inherits them: Ray workers, vLLM, DeepSpeed's op builds
+            caches = cache_env(os.environ)
+            os.environ.update(caches)
+            decisions.lines.append(cache_line(caches))
         if profile.cpu:
             os.environ.update(cpu_profile.standin_env(dict(os.environ)))
         print("# decisions:\n" + "\n".join(f"  {ln}" for ln in decisions.lines), file=sys.stderr)

@@ -37,14 +37,15 @@ class Profile:
     min_free_disk_gib: float
     sft_gpus: int = 0  # GPUs the DeepSpeed launcher uses (sft only)
     cpu: bool = False  # the CPU demonstration: logical GPUs in a private Ray, no attempt tag, dirty tree allowed
+    data_disk: bool = False  # the node's layout: outputs and caches (rft/launch/caches.py) under $DATA_ROOT
 
 
 PROFILES = {
     # H100 80GB reports ~79.6 GiB; 75 leaves room for driver differences but refuses 40/48 GB cards.
-    "20b": Profile("20b", "ppo", min_gpu_mem_gib=75, min_free_disk_gib=50),
-    "120b": Profile("120b", "ppo", min_gpu_mem_gib=75, min_free_disk_gib=100),
+    "20b": Profile("20b", "ppo", min_gpu_mem_gib=75, min_free_disk_gib=50, data_disk=True),
+    "120b": Profile("120b", "ppo", min_gpu_mem_gib=75, min_free_disk_gib=100, data_disk=True),
     "small": Profile("small", "ppo", min_gpu_mem_gib=20, min_free_disk_gib=10),
-    "sft": Profile("sft", "sft", min_gpu_mem_gib=75, min_free_disk_gib=50, sft_gpus=8),
+    "sft": Profile("sft", "sft", min_gpu_mem_gib=75, min_free_disk_gib=50, sft_gpus=8, data_disk=True),
     # train_grpo_cpu.sh: a tiny random model on a machine without GPUs (what `make train` runs there)
     "cpu": Profile("cpu", "ppo", min_gpu_mem_gib=0, min_free_disk_gib=1, cpu=True),
 }

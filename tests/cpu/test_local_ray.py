@@ -16,6 +16,7 @@ pytest.importorskip("ray")
 pytest.importorskip("psutil")
 
 from rft.cpu import local_ray  # noqa: E402
+from tests.support.processes import groups  # noqa: E402
 
 # one task on the cluster, which makes Ray start a worker process (a port from the head's worker window)
 TASK = """
@@ -75,9 +76,10 @@ def window_of(temp_dir: str, address: str) -> tuple[int, int]:
     return int(found["min"]), int(found["max"])
 
 
-def run_task(address: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", TASK, address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **local_ray.LOOPBACK_ENV})
+def tasks(*addresses: str):
+    """TASK run against each address at once (a `groups` block: all are ended on leaving it)."""
+    return groups([[sys.executable, "-c", TASK, a] for a in addresses], stdout=subprocess.PIPE,
+                  stderr=subprocess.PIPE, text=True, env={**os.environ, **local_ray.LOOPBACK_ENV})
 
 
 def test_two_private_heads_run_side_by_side_and_stop_apart():
@@ -94,14 +96,14 @@ def test_two_private_heads_run_side_by_side_and_stop_apart():
             addr_b = local_ray.start(b, num_gpus=2, num_cpus=2)
             try:
                 assert window_of(b, addr_b) != window_a
-                jobs = [run_task(addr_a), run_task(addr_b)]
-                outs = [j.communicate(timeout=240) for j in jobs]
+                with tasks(addr_a, addr_b) as jobs:
+                    outs = [j.communicate(timeout=240) for j in jobs]
                 assert [j.returncode for j in jobs] == [0, 0], [err[-3000:] for _, err in outs]
                 assert [o[0].split() for o in outs] == [["1", "42"], ["2", "42"]]
                 assert local_ray.stop(a, addr_a) > 0
                 assert local_ray.cluster_processes(a, addr_a) == []
-                after = run_task(addr_b)
-                out, err = after.communicate(timeout=240)
+                with tasks(addr_b) as (after,):
+                    out, err = after.communicate(timeout=240)
                 assert after.returncode == 0 and out.split() == ["2", "42"], err
             finally:
                 local_ray.stop(b, addr_b)

@@ -5,12 +5,13 @@ the sync skipped (--vllm_sync_lora_skip: the adapter never reaches vLLM) it must
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.processes import start_group, stop_group
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,13 +24,12 @@ def smoke(out_root: Path, inputs: Path, name: str, *flags: str, **extra: str) ->
                TQDM_DISABLE="1", **extra)
     log = out_root / f"{name}.log"
     with open(log, "wb") as f:
-        proc = subprocess.Popen(["bash", str(ROOT / "train_grpo_cpu.sh"), *flags], env=env, cwd=ROOT, stdout=f,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = start_group(["bash", str(ROOT / "train_grpo_cpu.sh"), *flags], env=env, cwd=ROOT, stdout=f,
+                           stderr=subprocess.STDOUT)
         try:
             rc = proc.wait(timeout=1800)
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+            stop_group(proc)
     return rc, log.read_text(errors="replace")
 
 

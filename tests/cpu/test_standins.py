@@ -14,6 +14,7 @@ import torch
 from rft.cpu import standins as cpu_standins
 from rft.cpu.local_ray import free_port
 from rft.fixtures.tiny_model import build_tiny_model
+from tests.support.processes import groups
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,14 +55,14 @@ def zero3_loads(model_dir, loads: int, mode: str) -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     port = str(free_port())
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "cpu" / "zero3_load_worker.py"), str(rank), "2", port,
-                               str(loads), str(model_dir), mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for rank in (0, 1)]
+    cmds = [[sys.executable, str(ROOT / "tests" / "cpu" / "zero3_load_worker.py"), str(rank), "2", port, str(loads),
+             str(model_dir), mode] for rank in (0, 1)]
     results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err[-3000:]
-        results.append(json.loads(out.strip().splitlines()[-1]))
+    with groups(cmds, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as procs:
+        for proc in procs:
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, err[-3000:]
+            results.append(json.loads(out.strip().splitlines()[-1]))
     return results
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import start_group, stop_group
+
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "train_grpo_cpu.sh"
@@ -37,8 +39,8 @@ def cpu_env(out_root: Path, inputs: Path, name: str, **extra: str) -> dict[str, 
 def launch(out_root: Path, inputs: Path, name: str, *flags: str, **env: str) -> subprocess.Popen:
     """Start train_grpo_cpu.sh (own process group); its output goes to <out_root>/<name>.log."""
     log = open(out_root / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process by the caller
-    return subprocess.Popen(["bash", str(SCRIPT), *flags], env=cpu_env(out_root, inputs, name, **env), cwd=ROOT,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return start_group(["bash", str(SCRIPT), *flags], env=cpu_env(out_root, inputs, name, **env), cwd=ROOT,
+                       stdout=log, stderr=subprocess.STDOUT)
 
 
 def run(out_root: Path, inputs: Path, name: str, *flags: str, timeout: float = 1200, **env: str) -> tuple[int, str]:
@@ -47,8 +49,7 @@ def run(out_root: Path, inputs: Path, name: str, *flags: str, timeout: float = 1
     try:
         rc = proc.wait(timeout=timeout)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)
     return rc, (out_root / f"{name}.log").read_text(errors="replace")
 
 
@@ -169,9 +170,21 @@ def test_eval_posthoc_vllm_and_monitor_check_on_the_final_adapter(runs, inputs, 
     assert check.returncode < 2 and "FAIL" not in check.stdout, check.stdout
 
 
-def test_a_killed_run_resumes_at_its_last_checkpoint(inputs, tmp_path):
-    proc = launch(tmp_path, inputs, "resume", *SHORT)
-    ckpt = tmp_path / "resume" / "ckpt" / "_actor"
+@pytest.fixture(scope="module")
+def faulty_resumed(inputs, tmp_path_factory) -> dict:
+    """One SHORT run with a reward that raises now and then and two unlabelled rows, its driver SIGKILLed once its
+    step-8 checkpoint is written, then the same command relaunched to the end. The resume test and the fault test
+    read this one run (each a whole CPU run of its own would cost minutes more)."""
+    out = tmp_path_factory.mktemp("faulty-resumed")
+    prompts = out / "prompts.jsonl"
+    rows = [json.loads(x) for x in (inputs / "prompts.jsonl").read_text().splitlines()[:256]]
+    for i in (3, 77):  # under 1% of the rows: the launch check warns, the run counts them
+        del rows[i]["label"]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    flags = [*SHORT, "--prompt_data", str(prompts)]
+    env = {"REWARD": str(ROOT / "tests" / "cpu" / "flaky_reward.py")}
+    proc = launch(out, inputs, "resume", *flags, **env)
+    ckpt = out / "resume" / "ckpt" / "_actor"
     try:
         deadline = time.time() + 900
         while not (ckpt / "latest").exists() or (ckpt / "latest").read_text().strip() != "global_step8":
@@ -183,17 +196,20 @@ def test_a_killed_run_resumes_at_its_last_checkpoint(inputs, tmp_path):
         os.kill(driver[0][0], signal.SIGKILL)  # the driver dies; the script's trap stops Ray
         proc.wait(timeout=300)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    before = train_rows(tmp_path / "resume")
+        stop_group(proc)
+    before = train_rows(out / "resume")
+    rc, log = run(out, inputs, "resume", *flags, **env)
+    return {"before": before, "rc": rc, "log": log, "rows": train_rows(out / "resume"), "ckpt": ckpt}
+
+
+def test_a_killed_run_resumes_at_its_last_checkpoint(faulty_resumed):
+    before, rows = faulty_resumed["before"], faulty_resumed["rows"]
     assert before and before[-1]["global_step"] >= 8
-    rc, log = run(tmp_path, inputs, "resume", *SHORT)
-    assert rc == 0, log[-6000:]
-    rows = train_rows(tmp_path / "resume")
+    assert faulty_resumed["rc"] == 0, faulty_resumed["log"][-6000:]
     assert [r["global_step"] for r in rows] == list(range(1, 33))  # every step once, none missing
     resumed = [r for r in rows if r["timestamp"] > before[-1]["timestamp"]]
     assert resumed[0]["global_step"] == 9  # from the checkpoint of step 8
-    assert (ckpt / "latest").read_text().strip() == "global_step32"
+    assert (faulty_resumed["ckpt"] / "latest").read_text().strip() == "global_step32"
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
@@ -220,16 +236,9 @@ def test_a_sync_failure_stops_every_rank_within_seconds(inputs, tmp_path):
     assert time.time() - started < 400  # without the broadcast rank 1 waits on the barrier for 60 minutes
 
 
-def test_reward_errors_and_missing_labels_are_counted_not_fatal(inputs, tmp_path):
-    prompts = tmp_path / "prompts.jsonl"
-    rows = [json.loads(x) for x in (inputs / "prompts.jsonl").read_text().splitlines()[:256]]
-    for i in (3, 77):  # under 1% of the rows: the launch check warns, the run counts them
-        del rows[i]["label"]
-    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    rc, log = run(tmp_path, inputs, "faults", *SHORT, "--prompt_data", str(prompts),
-                  REWARD=str(ROOT / "tests" / "cpu" / "flaky_reward.py"))
-    assert rc == 0, log[-6000:]
-    got = train_rows(tmp_path / "faults")
+def test_reward_errors_and_missing_labels_are_counted_not_fatal(faulty_resumed):
+    assert faulty_resumed["rc"] == 0, faulty_resumed["log"][-6000:]
+    got = faulty_resumed["rows"]
     assert [r["global_step"] for r in got] == list(range(1, 33))
     assert sum(r["reward_defaulted"] for r in got) > 0  # the samples whose reward call raised
     assert sum(r["label_missing"] for r in got) > 0  # the row without a label
@@ -294,8 +303,7 @@ def test_monitor_ends_the_run_on_a_generated_stop_after_the_next_checkpoint(inpu
             capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHON": sys.executable}, cwd=ROOT)
         proc.wait(timeout=300)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)
     assert mon.returncode == 2, mon.stdout[-3000:] + mon.stderr[-3000:]
     record = json.loads(next((run_dir / "metrics").glob("run_record_*.json")).read_text())
     entry = record["stopped_by_monitor"]

@@ -14,6 +14,7 @@ from rft.eval import merge
 from rft.eval.merge import MergeError, base_load_kwargs, resolve_base, resolve_model
 from rft.fixtures.tiny_model import build_tiny_model, fabricate_lora_adapter
 from rft.mxfp4 import quant_method
+from tests.support.processes import group
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +131,7 @@ def test_killed_merges_are_swept_live_and_foreign_ones_kept(tiny, tmp_path):
     )
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
+    with group([sys.executable, "-c", "import time; time.sleep(60)"]) as live:
         host = socket.gethostname()
         stale, running, foreign = (
             cache / f"{merge.TMP_PREFIX}{'a' * 24}-{pid}-1-{h}"
@@ -144,9 +144,6 @@ def test_killed_merges_are_swept_live_and_foreign_ones_kept(tiny, tmp_path):
         assert sorted(p.name for p in cache.iterdir()) == sorted(
             [merged_dir.name, running.name, foreign.name]
         )
-    finally:
-        live.kill()
-        live.wait()
 
 
 def test_full_model_dir_is_used_as_is(tiny):

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rft.launch.caches import CACHE_DIRS, cache_env
+from rft.launch.caches import CACHE_DIRS, cache_env, cache_line
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,3 +28,9 @@ def test_bash_evals_the_export_lines(tmp_path):
     script = f'eval "$({sys.executable} -m rft.launch.caches)"; printf "%s\\n" "$HF_HOME" "$VLLM_CACHE_ROOT"'
     res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, check=True)
     assert res.stdout.splitlines() == [f"{tmp_path}/a b/cache/hf", "/v"]
+
+
+def test_the_dry_run_line_names_each_cache():
+    assert cache_line(cache_env({"DATA_ROOT": "/d", "HF_HOME": "/h"})) == (
+        "caches: HF_HOME=/h, TORCH_EXTENSIONS_DIR=/d/cache/torch_extensions, VLLM_CACHE_ROOT=/d/cache/vllm, "
+        "TRITON_CACHE_DIR=/d/cache/triton, TORCHINDUCTOR_CACHE_DIR=/d/cache/torchinductor")

@@ -573,6 +573,8 @@ def test_gpu_scripts_log_the_gap_and_smoke_dry_run_shows_the_smoke_layout(name, 
     # the recipe's layout and engines are kept
     assert (a.vllm_num_engines, a.vllm_tensor_parallel_size, a.actor_num_gpus_per_node) == (2, 2, 4)
     assert a.ckpt_path.endswith("-smoke") and "smoke run: " in res.stderr and "no attempt tag" in res.stderr
+    data_root = env.get("DATA_ROOT", "/mnt/data")
+    assert f"caches: HF_HOME={data_root}/cache/hf, TORCH_EXTENSIONS_DIR={data_root}/cache/torch_extensions" in res.stderr
 
 
 def test_smoke_needs_a_lora_sync(patched_root, data_dir, tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rft.launch.lock import LOCK_NAME, LaunchLocked, acquire, acquire_all, check_free
+from tests.support.processes import start_group, stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,15 +28,21 @@ os.execvp("sleep", ["sleep", "60"])
 """
 
 
-def start_holder(directory: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory)], stdout=subprocess.PIPE, text=True,
-                            env=env)
-    assert proc.stdout.readline().strip() == "locked"
-    return proc
+@pytest.fixture
+def start_holder(request):
+    """Starts a HOLDER on a directory and waits until it holds the lock; every holder is ended at teardown."""
+
+    def start(directory: Path) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        proc = start_group([sys.executable, "-c", HOLDER, str(directory)], stdout=subprocess.PIPE, text=True, env=env)
+        request.addfinalizer(lambda: stop_group(proc))
+        assert proc.stdout.readline().strip() == "locked"
+        return proc
+
+    return start
 
 
-def test_a_second_launch_is_refused_naming_the_first_and_a_dead_ones_lock_is_taken_over(tmp_path):
+def test_a_second_launch_is_refused_naming_the_first_and_a_dead_ones_lock_is_taken_over(tmp_path, start_holder):
     proc = start_holder(tmp_path / "metrics")
     try:
         time.sleep(0.5)  # the exec into sleep has happened or is happening; the lock is held either way
@@ -52,7 +59,7 @@ def test_a_second_launch_is_refused_naming_the_first_and_a_dead_ones_lock_is_tak
     os.close(fd)
 
 
-def test_acquire_all_releases_what_it_took_when_one_directory_is_held(tmp_path):
+def test_acquire_all_releases_what_it_took_when_one_directory_is_held(tmp_path, start_holder):
     proc = start_holder(tmp_path / "ckpt")
     try:
         with pytest.raises(LaunchLocked):
@@ -63,7 +70,7 @@ def test_acquire_all_releases_what_it_took_when_one_directory_is_held(tmp_path):
         proc.wait()
 
 
-def test_the_launcher_refuses_a_second_launch_at_once(tmp_path):
+def test_the_launcher_refuses_a_second_launch_at_once(tmp_path, start_holder):
     proc = start_holder(tmp_path / "m")
     try:
         env = {**os.environ, "METRICS_LOG_DIR": str(tmp_path / "m"),
@@ -79,7 +86,7 @@ def test_the_launcher_refuses_a_second_launch_at_once(tmp_path):
         proc.wait()
 
 
-def test_the_cpu_script_refuses_before_it_starts_anything(tmp_path):
+def test_the_cpu_script_refuses_before_it_starts_anything(tmp_path, start_holder):
     """train_grpo_cpu.sh's early check: no inputs built, no Ray started when the run directory is held."""
     proc = start_holder(tmp_path / "runs" / "twice" / "metrics")
     try:

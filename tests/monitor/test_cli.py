@@ -17,6 +17,7 @@ from rft.monitor import logs as metrics_log
 from rft.monitor.cli import main
 from rft.monitor.logs import ALIASES, JsonlTail, MetricsLog, feed_lines, read_metrics, read_spikes
 from tests.monitor.metric_logs import write_scenario
+from tests.support.processes import group
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -148,17 +149,15 @@ def test_monitor_sh_check_passes_the_exit_code(tmp_path):
 def test_follow_shows_lines_as_they_arrive(tmp_path):
     path = tmp_path / "training_metrics.jsonl"
     path.write_text(json.dumps({"global_step": 1, "reward": 0.3, "grad_norm": 1.0}) + "\n")
-    proc = subprocess.Popen(
+    with group(
         [sys.executable, "-m", "rft.monitor", str(tmp_path), "--follow", "--interval", "0.2", "--disk", str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "200"},
-    )
-    try:
+    ) as proc:
         time.sleep(3)
         with open(path, "a") as f:
             f.write(json.dumps({"global_step": 2, "reward": 0.35, "grad_norm": 1.1}) + "\n")
             f.write(json.dumps({"global_step": 3, "reward": 0.4, "grad_norm": 1.2}) + "\n")
         time.sleep(2)
-    finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err

@@ -22,6 +22,7 @@ from rft.monitor.stop import (
     stop_verdict,
 )
 from tests.monitor.metric_logs import write_scenario
+from tests.support.processes import group, start_group, stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 STOPV = Verdict("early stop", "early-stop", STOP, "eval_ood_pass1 fell twice", "stop")
@@ -58,20 +59,19 @@ def test_driver_pid_is_checked_before_anything_is_signalled():
         driver_pid({"driver_pid": os.getpid(), "host": "another-host"})
 
 
-def test_follow_end_on_stop_waits_for_the_checkpoint_then_ends_the_driver(tmp_path):
+def test_follow_end_on_stop_waits_for_the_checkpoint_then_ends_the_driver(tmp_path, request):
     metrics = write_scenario("early_stop", tmp_path / "metrics")  # STOP from step 35 on; steps 1-40
     ckpt = tmp_path / "ckpt"
     (ckpt / "_actor").mkdir(parents=True)
     (ckpt / "_actor" / "latest").write_text("global_step35")
-    driver = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(300)", "openrlhf.cli.train_ppo_ray"]
-    )
+    driver = start_group([sys.executable, "-c", "import time; time.sleep(300)", "openrlhf.cli.train_ppo_ray"])
+    request.addfinalizer(lambda: stop_group(driver))
     record = metrics / "run_record_20261123T000000Z.json"
     import socket
 
     record.write_text(json.dumps({"command": ["x"], "driver_pid": driver.pid, "host": socket.gethostname()}))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHON": sys.executable}
-    mon = subprocess.Popen(
+    mon = start_group(
         [
             "bash",
             str(ROOT / "monitor.sh"),
@@ -88,19 +88,13 @@ def test_follow_end_on_stop_waits_for_the_checkpoint_then_ends_the_driver(tmp_pa
         text=True,
         env=env,
     )
-    try:
-        time.sleep(8)
-        assert (
-            driver.poll() is None and mon.poll() is None
-        )  # STOP seen at step 40, newest checkpoint 35: waits
-        (ckpt / "_actor" / "latest").write_text("global_step40")
-        out, err = mon.communicate(timeout=60)
-        assert mon.returncode == 2, out[-2000:] + err
-        assert driver.wait(timeout=30) != 0  # ended by SIGINT
-    finally:
-        for p in (mon, driver):
-            if p.poll() is None:
-                p.kill()
+    request.addfinalizer(lambda: stop_group(mon))
+    time.sleep(8)
+    assert driver.poll() is None and mon.poll() is None  # STOP seen at step 40, newest checkpoint 35: waits
+    (ckpt / "_actor" / "latest").write_text("global_step40")
+    out, err = mon.communicate(timeout=60)
+    assert mon.returncode == 2, out[-2000:] + err
+    assert driver.wait(timeout=30) != 0  # ended by SIGINT
     assert "STOP seen at step 40" in out
     assert f"ended the run (driver pid {driver.pid}) after global_step40" in err
     entry = json.loads(record.read_text())["stopped_by_monitor"]
@@ -118,10 +112,8 @@ def test_a_driver_that_ignores_sigint_gets_sigterm_at_once(tmp_path):
     import signal
     import socket
 
-    shell = subprocess.Popen(
-        ["bash", "-c", '"$@" & echo $!; wait $!', "bash", sys.executable, "-c", "import time; time.sleep(300)",
-         "openrlhf.cli.train_ppo_ray"], stdout=subprocess.PIPE, text=True)
-    try:
+    with group(["bash", "-c", '"$@" & echo $!; wait $!', "bash", sys.executable, "-c", "import time; time.sleep(300)",
+                "openrlhf.cli.train_ppo_ray"], stdout=subprocess.PIPE, text=True) as shell:
         pid, deadline = int(shell.stdout.readline()), time.time() + 30
         while not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(sys.executable.encode()):  # exec'd
             assert time.time() < deadline
@@ -132,9 +124,6 @@ def test_a_driver_that_ignores_sigint_gets_sigterm_at_once(tmp_path):
         entry = end_run(record, StopPlan(seen_at=3, reason="r"), 4, timeout=600)
         assert entry["signal"] == "SIGTERM" and json.loads(record.read_text())["stopped_by_monitor"] == entry
         assert shell.wait(timeout=30) == 128 + signal.SIGTERM  # the driver is gone, bash's wait reports how
-    finally:
-        if shell.poll() is None:
-            shell.kill()
 
 
 def test_end_on_stop_without_follow_is_refused(tmp_path):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rft.cpu.local_ray import free_port
+from tests.support.processes import start_group, stop_group
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 
@@ -71,8 +72,8 @@ class SshServer:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                pass
+        stop_group(self.proc)  # the per-connection sshd children with it
 
 
 def start_sshd(workdir: Path, timeout: float = 15.0) -> SshServer:
@@ -113,7 +114,7 @@ def start_sshd(workdir: Path, timeout: float = 15.0) -> SshServer:
     sshd = find_sshd()
     assert sshd is not None
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(cfg)], stdout=out, stderr=subprocess.STDOUT)
+        proc = start_group([sshd, "-D", "-e", "-f", str(cfg)], stdout=out, stderr=subprocess.STDOUT)
     server = SshServer(proc, port, user, user_key, log)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -15,6 +15,7 @@ import pytest
 
 from rft.io import pid_alive
 from rft.spare.jobs import WRAPPER, JobError, JobRunner, gpu_summary, parse_nvidia_smi
+from tests.support.processes import start_group, stop_group
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux binary not installed")
 
@@ -183,14 +184,7 @@ def test_attach_is_a_real_tmux_client(runner, tmux_socket):
         "attach",
         "live",
     ]
-    proc = subprocess.Popen(
-        cli,
-        stdin=secondary,
-        stdout=secondary,
-        stderr=secondary,
-        start_new_session=True,
-        env={**os.environ, "TERM": "xterm"},
-    )
+    proc = start_group(cli, stdin=secondary, stdout=secondary, stderr=secondary, env={**os.environ, "TERM": "xterm"})
     os.close(secondary)
     try:
         deadline = time.monotonic() + 15
@@ -208,8 +202,7 @@ def test_attach_is_a_real_tmux_client(runner, tmux_socket):
         subprocess.run(["tmux", "-L", tmux_socket, "detach-client", "-s", "live"], check=True)
         assert proc.wait(timeout=10) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        stop_group(proc)
         os.close(primary)
     assert runner.info("live").state == "running"  # detaching leaves the job alone
 

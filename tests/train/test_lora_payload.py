@@ -28,6 +28,7 @@ from rft.train.lora_payload import (
     payload_nbytes,
     raise_if_failed_on_any_rank,
 )
+from tests.support.processes import groups
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -248,11 +249,9 @@ def test_the_gathered_outcome_names_the_first_failing_rank_and_the_others(world)
     port = str(free_port())
     in_process = not dist.is_initialized()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    procs = [subprocess.Popen([sys.executable, "-c", SYNC_RANK_N, port, str(r), str(world)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-             for r in range(1 if in_process else 0, world)]  # fmt: skip
+    cmds = [[sys.executable, "-c", SYNC_RANK_N, port, str(r), str(world)] for r in range(1 if in_process else 0, world)]
     seen = []
-    try:
+    with groups(cmds, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT) as procs:
         if in_process:
             dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=world,
                                     timeout=datetime.timedelta(seconds=30))
@@ -266,9 +265,6 @@ def test_the_gathered_outcome_names_the_first_failing_rank_and_the_others(world)
             finally:
                 dist.destroy_process_group()
         outs = [p.communicate(timeout=60) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
     also = ", ".join(str(r) for r in range(1, world))
     every = f"LoRA sync to vLLM failed on rank 0 (also rank(s) {also}), stopping every rank: ValueError: rank 0 too"
     alone = "LoRA sync to vLLM failed on rank 1, stopping every rank: RuntimeError: rank 1 again"

@@ -26,6 +26,7 @@ from rft.fixtures.patched_openrlhf import (
 )
 from rft.train.loss_diag import MAX_REDUCED_KEYS
 from rft.train.metrics import SPIKE_GRAD_NORM
+from tests.support.processes import groups
 
 WORLD = 2
 WORKER = ROOT / "tests" / "train" / "ppo_step_worker.py"
@@ -45,14 +46,9 @@ def run(patched_openrlhf, tmp_path_factory):
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(ROOT)])
     env.update(RFT_OPENRLHF_DIR=str(patched_openrlhf), SPIKE_LOG_PATH=str(spike), OMP_NUM_THREADS="1")
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(WORLD), str(port), str(out / f"r{r}.json")],
-                              env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(WORLD)]
-    try:
+    cmds = [[sys.executable, str(WORKER), str(r), str(WORLD), str(port), str(out / f"r{r}.json")] for r in range(WORLD)]
+    with groups(cmds, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as procs:
         outputs = [p.communicate(timeout=300)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
     for r, (p, text) in enumerate(zip(procs, outputs, strict=True)):
         assert p.returncode == 0, f"rank {r} failed:\n{text[-4000:]}"
     logs = [json.loads((out / f"r{r}.json").read_text()) for r in range(WORLD)]
