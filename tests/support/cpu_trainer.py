@@ -79,8 +79,9 @@ def cpu_ds_config(strategy) -> None:
     strategy.get_ds_train_config = config
 
 
-def build_trainer(args, model: torch.nn.Module, *, lr: float = 1e-2, vllm_engines=None):
-    """The real patched ActorPPOTrainer around a real ZeRO-3 DeepSpeed engine of `model` (gloo must be up)."""
+def build_trainer(args, model: torch.nn.Module, *, lr: float = 1e-2, vllm_engines=None, optimizer=None):
+    """The real patched ActorPPOTrainer around a real ZeRO-3 DeepSpeed engine of `model` (gloo must be up);
+    `optimizer(params)` replaces the default AdamW."""
     from openrlhf.models import Actor
     from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
     from openrlhf.utils import get_strategy
@@ -92,7 +93,8 @@ def build_trainer(args, model: torch.nn.Module, *, lr: float = 1e-2, vllm_engine
     actor = Actor(model)  # given a module, Actor sets neither of these two (it does for a checkpoint path)
     actor.packing_samples, actor.temperature = args.packing_samples, args.temperature
     model.config.use_cache = False
-    optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, betas=args.adam_betas)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optim = optimizer(params) if optimizer else torch.optim.AdamW(params, lr=lr, betas=args.adam_betas)
     sched = get_scheduler("constant", optim)
     actor, optim, sched = strategy.prepare((actor, optim, sched), is_rlhf=True)
     return ActorPPOTrainer(strategy, actor, ema_model=None, actor_optim=optim, actor_scheduler=sched,
