@@ -147,8 +147,8 @@ def lora_sync_rule(args: argparse.Namespace, rep: Report) -> None:
 
 
 def loss_and_sampling_rule(a: argparse.Namespace, rep: Report, facts: dict) -> None:
-    """Name the loss aggregation in force (note + run record); refuse a truncated rollout distribution (top_p /
-    top_k / min_p) under the IS correction, warn about it without (the mismatch_* metrics then measure it)."""
+    """Name the loss aggregation in force (note + run record); warn about a truncated rollout distribution (top_p /
+    top_k / min_p), naming what it does to the IS correction and to the mismatch_* metrics."""
     from rft.train.loss_aggregation import aggregation_in_force, describe
 
     mode = aggregation_in_force(a)
@@ -165,8 +165,9 @@ def loss_and_sampling_rule(a: argparse.Namespace, rep: Report, facts: dict) -> N
             "renormalised over the kept tokens, while the trainer scores the full vocabulary, so every "
             "rollout/trainer ratio carries the log of the kept mass")
     if a.enable_vllm_is_correction:
-        rep.errors.append(f"sampling: {what}; the IS correction would reweight every token by that wrong ratio. "
-                          "Sample with top_p 1 (no top_k/min_p), or drop --enable_vllm_is_correction")
+        rep.warnings.append(f"sampling: {what}; the IS correction reweights every token by that ratio (TIS clamps "
+                            "the low ones, icepop zeroes them) and mismatch_* measure the truncation, so the agreement "
+                            "check will flag it. Sample with top_p 1 (no top_k/min_p) to train the loss you mean")
     else:
         rep.warnings.append(f"sampling: {what}; mismatch_* measure that truncation (the agreement check will "
                             "flag it), and the loss treats the truncated rollouts as on-policy")

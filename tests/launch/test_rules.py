@@ -100,24 +100,24 @@ def test_loss_aggregation_is_named_and_recorded(patched_root, monkeypatch):
         assert not rep.errors and not rep.warnings
 
 
-def test_truncated_sampling_is_refused_with_the_is_correction_and_warned_without(patched_root, monkeypatch):
+def test_truncated_sampling_is_warned_naming_the_consequence(patched_root, monkeypatch):
     monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
     base = ["--pretrain", "m", "--remote_rm_url", "r.py", "--vllm_num_engines", "1", "--advantage_estimator",
             "dr_grpo", "--top_p", "0.9"]
-    refused = rules.Report()
-    rules.loss_and_sampling_rule(parse_args(base + ["--enable_vllm_is_correction"]).args, refused, {})
-    (err,) = refused.errors
-    assert err.startswith("sampling: --top_p 0.9: vLLM samples from the truncated distribution")
-    assert "log of the kept mass" in err and "IS correction would reweight" in err
-    warned = rules.Report()
-    rules.loss_and_sampling_rule(parse_args(base).args, warned, {})
-    assert not warned.errors and "mismatch_* measure that truncation" in warned.warnings[0]
+    with_is = rules.Report()
+    rules.loss_and_sampling_rule(parse_args(base + ["--enable_vllm_is_correction"]).args, with_is, {})
+    (warn,) = with_is.warnings
+    assert warn.startswith("sampling: --top_p 0.9: vLLM samples from the truncated distribution")
+    assert "log of the kept mass" in warn and "IS correction reweights every token" in warn and not with_is.errors
+    without = rules.Report()
+    rules.loss_and_sampling_rule(parse_args(base).args, without, {})
+    assert not without.errors and "mismatch_* measure that truncation" in without.warnings[0]
     # min_p / top_k, should a later flag carry them, count the same; top_k <= 0 and min_p 0 are "off"
     ns = parse_args(base[:-2] + ["--enable_vllm_is_correction"]).args
     ns.top_k, ns.min_p = 20, 0.0
     rep = rules.Report()
     rules.loss_and_sampling_rule(ns, rep, {})
-    assert rep.errors and rep.errors[0].startswith("sampling: --top_k 20:")
+    assert rep.warnings and rep.warnings[0].startswith("sampling: --top_k 20:")
     ns.top_k = -1
     rep = rules.Report()
     rules.loss_and_sampling_rule(ns, rep, {})
