@@ -138,4 +138,5 @@ def build_record(profile: str, command: list[str], command_text: str, state: Git
         "started_local": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "chat_date": date,  # eval_posthoc.py --chat-date: the date rendered into the training prompts
         "lr_preflight": facts.get("lr_preflight"),
+        "loss_aggregation": facts.get("loss_aggregation"),  # --loss_aggregation in force (rft.train.loss_aggregation)
     }

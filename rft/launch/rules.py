@@ -172,6 +172,33 @@ def lora_sync_rule(args: argparse.Namespace, rep: Report) -> None:
         rep.notes.append("LoRA sync: merge (W0 + s·B@A written into the engines' weights every step)")
 
 
+def loss_and_sampling_rule(a: argparse.Namespace, rep: Report, facts: dict) -> None:
+    """Name the loss aggregation in force (note + run record); warn about a truncated rollout distribution (top_p /
+    top_k / min_p), naming what it does to the IS correction and to the mismatch_* metrics."""
+    from rft.train.loss_aggregation import aggregation_in_force, describe
+
+    mode = aggregation_in_force(a)
+    facts["loss_aggregation"] = mode
+    given = "--loss_aggregation" if getattr(a, "loss_aggregation", None) else f"default for {a.advantage_estimator}"
+    rep.notes.append(f"loss aggregation: {describe(mode, a.generate_max_len)} ({given})")
+    truncating = [f"--{k} {v:g}" for k, v, off in (("top_p", getattr(a, "top_p", 1.0), 1.0),
+                                                   ("top_k", getattr(a, "top_k", -1), -1),
+                                                   ("min_p", getattr(a, "min_p", 0.0), 0.0))
+                  if v is not None and v != off and not (k == "top_k" and v <= 0)]
+    if not truncating:
+        return
+    what = (f"{' '.join(truncating)}: vLLM samples from the truncated distribution and returns log-probs "
+            "renormalised over the kept tokens, while the trainer scores the full vocabulary, so every "
+            "rollout/trainer ratio carries the log of the kept mass")
+    if a.enable_vllm_is_correction:
+        rep.warnings.append(f"sampling: {what}; the IS correction reweights every token by that ratio (TIS clamps "
+                            "the low ones, icepop zeroes them) and mismatch_* measure the truncation, so the agreement "
+                            "check will flag it. Sample with top_p 1 (no top_k/min_p) to train the loss you mean")
+    else:
+        rep.warnings.append(f"sampling: {what}; mismatch_* measure that truncation (the agreement check will "
+                            "flag it), and the loss treats the truncated rollouts as on-policy")
+
+
 def looks_local(path: str | None) -> bool:
     """A filesystem path rather than a hub id (absolute, ./, ../ or ~)."""
     return bool(path) and path.startswith(("/", "./", "../", "~"))
@@ -542,6 +569,7 @@ def run_checks(
     model_rule(a, rep)
     if profile.entry == "ppo":
         lora_sync_rule(a, rep)
+        loss_and_sampling_rule(a, rep, facts)
         rep.errors += placement_rules(a)
         rep.warnings += eval_rule(a)
     facts["data_sha256"] = check_data(a, profile.entry, rep)

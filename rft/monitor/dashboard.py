@@ -24,6 +24,12 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
     ),
     ("grad_norm (pre-clip)", (("grad_norm", "grad_norm"),), "log"),
     ("KL to reference / rollout gap", (("kl", "kl"), ("vllm_kl", "vllm_kl"), ("ppo_kl", "ppo_kl")), "symlog"),
+    (
+        "rollout/trainer gap (every token)",
+        (("mismatch_kl", "mismatch_kl (k3)"), ("mismatch_out_of_band", "ratio outside [0.9, 1.1]"),
+         ("mismatch_is_clipped", "IS weight truncated")),
+        "symlog",
+    ),
     ("entropy", (("entropy", "entropy"),), "linear"),
     ("response length", (("response_length", "response_length"),), "linear"),
     ("truncation / clipping", (("truncated", "truncated"), ("ppo_clip_ratio", "ppo_clip_ratio")), "linear"),

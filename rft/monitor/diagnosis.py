@@ -65,6 +65,14 @@ class Thresholds:
     repaired_fail: float = 0.5
     uniform_share_warn: float = 0.5
     uniform_steps: int = 5
+    # the rollout/trainer gap in full (rft.train.mismatch), over the last `mismatch_steps` steps (docs/monitor.md)
+    mismatch_steps: int = 20
+    mismatch_kl_warn: float = 0.005
+    mismatch_kl_fail: float = 0.015  # prime-rl's bar for gpt-oss: mean mismatch KL < 0.015 over 20 math steps
+    out_of_band_warn: float = 0.05
+    out_of_band_fail: float = 0.2
+    is_clipped_warn: float = 0.01
+    is_clipped_fail: float = 0.1
 
 
 def exit_code(verdicts: Sequence[Verdict]) -> int:
@@ -143,6 +151,35 @@ def repaired_share(log: MetricsLog, th: Thresholds) -> tuple[str, tuple[str, str
     return f"rollout_logprob_repaired at most {where}", None
 
 
+def mismatch_gap(log: MetricsLog, th: Thresholds) -> tuple[list[str], list[tuple[str, str]]]:
+    """(evidence, problems) from the mismatch_* keys: means over the last `mismatch_steps` steps of the k3
+    mismatch KL, the share of tokens with a rollout/trainer ratio outside [0.9, 1.1] and the share whose IS weight
+    the truncation changed (each WARN/FAIL by its thresholds); the largest |log-ratio| is evidence only."""
+    seen: list[str] = []
+    problems: list[tuple[str, str]] = []
+    rules = (("mismatch_kl", "mismatch KL (k3)", th.mismatch_kl_warn, th.mismatch_kl_fail),
+             ("mismatch_out_of_band", "tokens with ratio outside [0.9, 1.1]", th.out_of_band_warn,
+              th.out_of_band_fail),
+             ("mismatch_is_clipped", "tokens whose IS weight was truncated", th.is_clipped_warn, th.is_clipped_fail))
+    for key, what, warn, fail in rules:
+        series = log.series(key)[-th.mismatch_steps:]
+        if not series:
+            continue
+        mean = _mean([v for _, v in series])
+        span = f"steps {series[0][0]}-{series[-1][0]}"
+        text = f"{key} mean {fmt(mean)} over {span}"
+        seen.append(text)
+        if mean > fail:
+            problems.append((FAIL, f"{what}: {text} > {fmt(fail)}"))
+        elif mean > warn:
+            problems.append((WARN, f"{what}: {text} > {fmt(warn)}"))
+    top = log.series("mismatch_abs_max")[-th.mismatch_steps:]
+    if top:
+        step, worst = max(top, key=lambda sv: sv[1])
+        seen.append(f"largest |log-ratio| {fmt(worst)} at step {step}")
+    return seen, problems
+
+
 def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
     """vllm_kl large from the start, or a k1 KL to the reference drifting negative, means off-policy rollouts."""
     problems, seen = [], []
@@ -172,6 +209,9 @@ def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
                     f"{name} negative at {neg:.0%} of the last {len(recent)} steps (mean {fmt(_mean(recent))})",
                 )
             )
+    gap_seen, gap_problems = mismatch_gap(log, th)
+    seen += gap_seen
+    problems += gap_problems
     measured = bool(seen)  # repaired tokens alone measure no gap
     repair, repair_problem = repaired_share(log, th)
     if repair:
@@ -183,7 +223,7 @@ def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
             "agreement",
             "rollout/trainer agreement",
             MISSING,
-            "no vllm_kl (needs --enable_vllm_is_correction) and no nonzero logprobs_diff/kl (needs a reference model)",
+            "no mismatch_* or vllm_kl (needs vLLM rollouts) and no nonzero logprobs_diff/kl (needs a reference model)",
         )
     if not problems:
         return Verdict("agreement", "rollout/trainer agreement", PASS, "; ".join(seen))

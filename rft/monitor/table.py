@@ -23,6 +23,10 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("resp_len", "response_length", "len"),
     ("trunc", "truncated", "frac"),
     ("vllm_kl", "vllm_kl", "num"),
+    ("mm_kl", "mismatch_kl", "num"),
+    ("out_band", "mismatch_out_of_band", "frac"),
+    ("is_clip", "mismatch_is_clipped", "frac"),
+    ("mm_max", "mismatch_abs_max", "num"),
     ("uniform", "uniform_group_share", "frac"),
 )
 BARS = "▁▂▃▄▅▆▇█"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from rft.train.mismatch import KEYS as MISMATCH_KEYS
 from tests.support.processes import start_group, stop_group
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -107,6 +108,11 @@ def test_reward_rises_only_when_rollouts_come_from_the_trained_policy(runs):
     # the rollout/trainer gap: near zero right after every sync; growing once syncs stop
     assert max(abs(v) for v in series(on, "vllm_kl")) < 0.01, series(on, "vllm_kl")
     assert statistics.median(series(off, "vllm_kl")[-3:]) > 0.05, series(off, "vllm_kl")
+    # the gap in full at every step of both runs (mismatch_metrics.patch, rft.train.mismatch)
+    for rows in (on, off):
+        assert all(r.get(k) is not None for r in rows for k in MISMATCH_KEYS), [sorted(r) for r in rows[:1]]
+    assert max(series(on, "mismatch_out_of_band")) < 0.05  # measured: 0 at every step (token_mean run)
+    assert statistics.median(series(off, "mismatch_kl")[-3:]) > 10 * max(series(on, "mismatch_kl"))
     assert all(r.get("lora_sync_bytes", 0) > 0 for r in on) and all(r.get("lora_sync_skipped") == 1 for r in off)
 
 

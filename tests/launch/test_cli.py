@@ -442,6 +442,7 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     assert record["packages"]["openrlhf"] == "0.9.3" and record["patches"]["applied"] is True
     assert len(record["gpus"]) == 8 and record["gpus"][0]["memory_gib"] == 79.6
     assert "LR preflight: OK" in record["lr_preflight"]
+    assert record["loss_aggregation"] == "dr_grpo_constant"  # the estimator's default (rft.train.loss_aggregation)
     # The date gpt-oss's template writes into the training prompts, for eval_posthoc.py --chat-date.
     today = datetime.date.today().isoformat()
     assert record["chat_date"] == today and record["started_local"].startswith(today)

@@ -137,3 +137,59 @@ def test_a_few_rows_without_a_label_are_carried_and_counted(tmp_path):
     atomic_write_jsonl(path, rows)
     with pytest.raises(ValueError, match=r"pool.jsonl:11: missing or empty key 'label'.*3 of 200 rows"):
         rules.scan_jsonl(str(path), ["input", "label"], "label")
+
+
+def test_loss_aggregation_is_named_and_recorded(patched_root, monkeypatch):
+    """The note and the run-record fact name the aggregation in force: the estimator's default or the flag."""
+    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
+    base = ["--pretrain", "m", "--remote_rm_url", "r.py", "--vllm_num_engines", "1", "--generate_max_len", "4096",
+            "--n_samples_per_prompt", "4"]
+    for extra, mode, text in (
+        (["--advantage_estimator", "dr_grpo"], "dr_grpo_constant", "4096 generate_max_len x its samples"),
+        (["--advantage_estimator", "group_norm"], "token_mean", "(default for group_norm)"),
+        (["--advantage_estimator", "dr_grpo", "--loss_aggregation", "microbatch_mean"], "microbatch_mean",
+         "OpenRLHF 0.9.3: token mean per micro-batch"),
+    ):
+        rep, facts = rules.Report(), {}
+        rules.loss_and_sampling_rule(parse_args(base + extra).args, rep, facts)
+        assert facts == {"loss_aggregation": mode}
+        (note,) = rep.notes
+        assert note.startswith(f"loss aggregation: {mode}") and text in note, note
+        assert not rep.errors and not rep.warnings
+
+
+def test_truncated_sampling_is_warned_naming_the_consequence(patched_root, monkeypatch):
+    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
+    base = ["--pretrain", "m", "--remote_rm_url", "r.py", "--vllm_num_engines", "1", "--advantage_estimator",
+            "dr_grpo", "--top_p", "0.9"]
+    with_is = rules.Report()
+    rules.loss_and_sampling_rule(parse_args(base + ["--enable_vllm_is_correction"]).args, with_is, {})
+    (warn,) = with_is.warnings
+    assert warn.startswith("sampling: --top_p 0.9: vLLM samples from the truncated distribution")
+    assert "log of the kept mass" in warn and "IS correction reweights every token" in warn and not with_is.errors
+    without = rules.Report()
+    rules.loss_and_sampling_rule(parse_args(base).args, without, {})
+    assert not without.errors and "mismatch_* measure that truncation" in without.warnings[0]
+    # min_p / top_k, should a later flag carry them, count the same; top_k <= 0 and min_p 0 are "off"
+    ns = parse_args(base[:-2] + ["--enable_vllm_is_correction"]).args
+    ns.top_k, ns.min_p = 20, 0.0
+    rep = rules.Report()
+    rules.loss_and_sampling_rule(ns, rep, {})
+    assert rep.warnings and rep.warnings[0].startswith("sampling: --top_k 20:")
+    ns.top_k = -1
+    rep = rules.Report()
+    rules.loss_and_sampling_rule(ns, rep, {})
+    assert not rep.errors and not rep.warnings
+
+
+def test_loss_aggregation_flag_is_validated_by_the_patched_parser(patched_root, monkeypatch):
+    """An explicit window aggregation on a dynamic batch is refused by OpenRLHF's own (patched) validation."""
+    from rft.launch.openrlhf_cli import FlagError
+
+    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
+    base = ["--pretrain", "m", "--remote_rm_url", "r.py", "--vllm_num_engines", "1", "--advantage_estimator",
+            "dr_grpo"]
+    with pytest.raises(FlagError, match="not implemented with --use_dynamic_batch"):
+        parse_args(base + ["--loss_aggregation", "token_mean", "--use_dynamic_batch"])
+    assert parse_args(base + ["--use_dynamic_batch"]).args.loss_aggregation is None  # the default falls back
+

@@ -274,3 +274,26 @@ def test_monitor_sh_check_does_not_pass_repaired_rollout_logprobs(share, code, n
     assert needle in line, res.stdout
     if share:
         assert "rollout log-probs repaired" in res.stdout
+
+
+@pytest.mark.parametrize(("out_of_band", "code", "needle"), [(0.01, 0, "mismatch_out_of_band mean 0.01"),
+                                                             (0.1, 1, "WARN"), (0.5, 2, "FAIL")])
+def test_monitor_sh_check_does_not_pass_a_high_out_of_band_share(out_of_band, code, needle, tmp_path):
+    """The healthy run (vllm_kl near 0, which gaps of both signs can give) with a share of its tokens' rollout/trainer
+    ratio outside [0.9, 1.1]: 10% warns, half of them fails the agreement check."""
+    d = write_scenario("healthy", tmp_path / "h")
+    path = d / "training_metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:
+        if "response_length" in row:
+            row.update(mismatch_out_of_band=out_of_band, mismatch_kl=1e-3, mismatch_is_clipped=0.0,
+                       mismatch_abs_max=0.4)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = subprocess.run(["bash", str(ROOT / "monitor.sh"), "--check"], capture_output=True, text=True,
+                         env={**os.environ, "METRICS_LOG_DIR": str(d), "COLUMNS": "250", "PYTHON": sys.executable},
+                         timeout=60)
+    assert res.returncode == code, res.stdout + res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if "rollout/trainer agreement" in ln)
+    assert needle in line, res.stdout
+    if code:
+        assert "tokens with ratio outside [0.9, 1.1]" in res.stdout

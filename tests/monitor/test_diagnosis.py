@@ -443,8 +443,19 @@ VERDICT_TEXT = {
                                "rollout/trainer log-prob gap vllm_kl=0.1 from step 1; kl negative at 100% of the last "
                                f"3 steps (mean -0.001) => {SINK_OR_SYNC}", AGREE),
     "agreement not measured": (AGREEMENT, lambda: _log(reward=[0.5] * 3), {}, MISSING,
-                               "no vllm_kl (needs --enable_vllm_is_correction) and no nonzero logprobs_diff/kl "
+                               "no mismatch_* or vllm_kl (needs vLLM rollouts) and no nonzero logprobs_diff/kl "
                                "(needs a reference model)", ""),
+    "mismatch kl over prime-rl's bar": (AGREEMENT, lambda: _log(vllm_kl=[1e-4] * 3, mismatch_kl=[0.02] * 3,
+                                                                mismatch_abs_max=[0.5, 3.0, 1.0]), {}, FAIL,
+                                        "mismatch KL (k3): mismatch_kl mean 0.02 over steps 1-3 > 0.015 => "
+                                        f"{SINK_OR_SYNC}", AGREE),
+    "mismatch clipped warns": (AGREEMENT, lambda: _log(mismatch_kl=[1e-3] * 3, mismatch_is_clipped=[0.02] * 3), {},
+                               WARN, "tokens whose IS weight was truncated: mismatch_is_clipped mean 0.02 over "
+                               f"steps 1-3 > 0.01 => {SINK_OR_SYNC}", AGREE),
+    "mismatch small passes": (AGREEMENT, lambda: _log(mismatch_kl=[1e-3] * 3, mismatch_out_of_band=[0.01] * 3,
+                                                      mismatch_abs_max=[0.5, 3.0, 1.0]), {}, PASS,
+                              "mismatch_kl mean 0.001 over steps 1-3; mismatch_out_of_band mean 0.01 over steps 1-3; "
+                              "largest |log-ratio| 3 at step 2", ""),
     "repaired per sample without lengths": (AGREEMENT, lambda: _log(vllm_kl=[1e-4] * 3,
                                                                     rollout_logprob_repaired=[0.0, 2.5, 1.0]), {},
                                             WARN, "rollout_logprob_repaired 2.5 tokens per sample at step 2 "

@@ -23,6 +23,8 @@ PATCHED_MODULES = [
     "openrlhf.trainer.ppo_trainer_async",
     "openrlhf.utils.deepspeed.deepspeed",
     "openrlhf.cli.train_ppo_ray",
+    "openrlhf.utils.agent",
+    "openrlhf.trainer.ppo_utils.replay_buffer",
 ]
 
 

@@ -23,6 +23,7 @@ from rft.fixtures.cpu_trainer import TARGETS, build_trainer, init_gloo, tiny_lor
 PROMPT_LEN, RESPONSE_LEN, VOCAB = 6, 5, 96
 MICRO_PER_RANK, GA = 4, 2  # train_batch_size 4 = micro 1 x world 2 x GA 2 -> 2 optimizer steps per call
 LOG_RATIO_OFFSETS = (0.02, 0.15, 0.05, 0.1)  # old logprobs = initial - offset: distinct ratio maxima per sample
+ROLLOUT_GAPS = (0.3, -0.02, -0.25, 0.05)  # vLLM log-probs = old - gap: trainer/rollout log-ratio per sample
 
 
 def make_experiences(model, rank: int, call: int, adv_scale: float):
@@ -51,8 +52,9 @@ def make_experiences(model, rank: int, call: int, adv_scale: float):
         info = {k: torch.tensor([v]) for k, v in
                 {"reward": float(i % 2), "return": float(i % 2), "kl": 0.0,
                  "response_length": float(action_mask.sum()), "total_length": float(att.sum())}.items()}
-        out.append(Experience(sequences=seq, attention_mask=att, action_mask=action_mask,
-                              action_log_probs=initial - LOG_RATIO_OFFSETS[i], advantages=adv, info=info))
+        old = initial - LOG_RATIO_OFFSETS[i]
+        out.append(Experience(sequences=seq, attention_mask=att, action_mask=action_mask, action_log_probs=old,
+                              advantages=adv, info=info, rollout_log_probs=old - ROLLOUT_GAPS[i]))
         prompts.append(prompt.tolist())
     return out, prompts
 
@@ -61,8 +63,11 @@ def main() -> None:
     rank, world, port, out_path = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     init_gloo(rank, world, port)
     install_cuda_standins()
+    # microbatch_mean: the reference gradient below is 0.9.3's per-micro-batch mean (test_loss_aggregation.py
+    # covers the window modes)
     args = trainer_args(["--micro_train_batch_size", "1", "--train_batch_size", str(GA * world), "--lora_rank",
-                         "4", "--lora_alpha", "8", "--target_modules", *TARGETS, "--entropy_loss_coef", "0"])
+                         "4", "--lora_alpha", "8", "--target_modules", *TARGETS, "--entropy_loss_coef", "0",
+                         "--loss_aggregation", "microbatch_mean"])
     model, _ = tiny_lora_model(args)
     calls = [make_experiences(model, rank, 1, 1e-3), make_experiences(model, rank, 2, 1e4)]
     reference = copy.deepcopy(model)

@@ -138,3 +138,23 @@ def test_advantage_and_entropy_statistics_cover_every_token_of_every_rank(run):
         # the ranks' advantage means differ (-14/18 vs +14/18 of the scale): an average of per-rank stds is ~4% low
         rank_std = [np.std([a for m in rank for a in m["advantages"]]) for rank in _micro(logs, call)]
         assert np.mean(rank_std) < 0.99 * adv.std()
+
+
+@pytest.mark.slow
+def test_mismatch_keys_cover_every_token_of_every_rank(run):
+    """mismatch_kl / out_of_band / is_clipped / abs_max of each call are those of the pooled action tokens of both
+    ranks (each sample's vLLM log-probs sit ROLLOUT_GAPS below the trainer's), on both ranks; vllm_kl is absent
+    (no IS correction) while the gap is still measured."""
+    from tests.train.ppo_step_worker import MICRO_PER_RANK, RESPONSE_LEN, ROLLOUT_GAPS
+
+    lengths = [RESPONSE_LEN - (i + 1) % 2 for i in range(MICRO_PER_RANK)] * WORLD
+    gaps = np.array(list(ROLLOUT_GAPS) * WORLD)
+    tokens = np.repeat(gaps, lengths)
+    ratio = np.exp(tokens)
+    for log in run[0]:
+        for status in log["statuses"]:
+            assert "vllm_kl" not in status
+            assert status["mismatch_kl"] == pytest.approx(np.mean(ratio - 1 - tokens), rel=1e-4)
+            assert status["mismatch_out_of_band"] == pytest.approx(np.mean((ratio < 0.9) | (ratio > 1.1)))
+            assert status["mismatch_is_clipped"] == 0.0  # TIS [0.5, 5]: every ratio inside
+            assert status["mismatch_abs_max"] == pytest.approx(0.3, rel=1e-4)
