@@ -20,7 +20,7 @@ VLLM_BIN := $(VLLM_VENV)/bin
 TRAIN_VENV ?= .venv-train
 TRAIN_SCRIPT ?= train_grpo_20b_a28a.sh
 
-.PHONY: test test-main test-vllm venv venv-vllm lint bench clean train mutate gpu-check gpu-check-wheels gpu-check-install
+.PHONY: test test-main test-vllm venv venv-vllm lint bench clean train train-env mutate gpu-check gpu-check-wheels gpu-check-install
 
 test: lint test-main test-vllm
 
@@ -95,6 +95,12 @@ clean:
 
 # make train DRY_RUN=1: what make train would do here (GPUs found, the environment found or the install order),
 # running nothing but a read-only probe of each candidate interpreter.
+# make train-env: the GPU node's environment found or built (prerequisites first), the patches applied; prints its
+# interpreter (PY=$$(make -s train-env), then $$PY prepare_sft_data.py, $$PY -m rft.launch.download MODEL).
+train-env:
+	@py="$$($(PYTHON) -m rft.launch.train_env ensure --venv $(TRAIN_VENV) --base-python $(PYTHON))" && \
+		PYTHON="$$py" bash apply_patches.sh >&2 && echo "$$py"
+
 train:
 	@if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then \
 		set -e; \
@@ -104,8 +110,7 @@ train:
 			echo "then: PYTHON=<that interpreter> bash apply_patches.sh; bash $(TRAIN_SCRIPT)"; \
 			exit 0; \
 		fi; \
-		py="$$($(PYTHON) -m rft.launch.train_env ensure --venv $(TRAIN_VENV) --base-python $(PYTHON))"; \
-		PYTHON="$$py" bash apply_patches.sh; \
+		py="$$($(MAKE) --no-print-directory -s train-env)"; \
 		PYTHON="$$py" bash $(TRAIN_SCRIPT); \
 	elif [ "$(DRY_RUN)" = 1 ]; then \
 		echo "make train: no GPU here (nvidia-smi -L lists none): would build $(VLLM_VENV) if needed and run train_grpo_cpu.sh (the CPU demonstration)"; \
