@@ -143,9 +143,9 @@ def test_mxfp4_check_sees_an_inexact_dequantizer(monkeypatch):
 
 
 def test_real_shape_plan_is_the_recipes():
-    """The 20b plan at the recipe's shapes is the 44 GiB the memory plan gives; RECIPES match the scripts."""
+    """The 20b plan at the recipe's shapes is the 43.5 GiB per GPU the memory plan gives; RECIPES match the scripts."""
     f20 = ph.plan_figures(ph.real_shape(), "gpt-oss-20b")
-    assert f20["per_gpu_total_gib"] == pytest.approx(44.2, abs=0.1)
+    assert f20["per_gpu_total_gib"] == pytest.approx(43.5, abs=0.1)
     for model, script in (("gpt-oss-20b", "train_grpo_20b.sh"), ("gpt-oss-120b", "train_grpo_120b.sh")):
         text = (ROOT / script).read_text()
         flags = ph.RECIPES[model]
