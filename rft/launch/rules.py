@@ -21,6 +21,7 @@ from rft.io import iter_jsonl_lines, sha256_file
 from rft.launch.judge_check import judge_rule
 from rft.launch.lr_schedule import evaluate, report, schedule_from_args, suggest, suggestion_line
 from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, installed_root, openrlhf_root, parse_args
+from rft.launch.train_options import aggregation_in_force, describe, served_lora_rank
 from rft.problems import problem_hash
 from rft.provenance import REPO_ROOT, patch_state
 from rft.reward.settings import RewardSettingsError, load_settings
@@ -153,12 +154,9 @@ def lora_sync_rule(args: argparse.Namespace, rep: Report) -> None:
     if args.lora_rank <= 0 or not (args.vllm_num_engines or 0):
         return
     if getattr(args, "vllm_sync_lora_native", False):
-        from rft.train.lora_native import vllm_max_lora_rank
-        from rft.train.lora_payload import LoraSyncError
-
         try:
-            rank = vllm_max_lora_rank(args.lora_rank)
-        except LoraSyncError as e:
+            rank = served_lora_rank(args.lora_rank)
+        except ValueError as e:
             rep.errors.append(f"LoRA sync native: {e}")
             return
         note = f"LoRA sync: native (vLLM enable_lora, max_lora_rank {rank}; the adapter is reloaded every step)"
@@ -175,8 +173,6 @@ def lora_sync_rule(args: argparse.Namespace, rep: Report) -> None:
 def loss_and_sampling_rule(a: argparse.Namespace, rep: Report, facts: dict) -> None:
     """Name the loss aggregation in force (note + run record); warn about a truncated rollout distribution (top_p /
     top_k / min_p), naming what it does to the IS correction and to the mismatch_* metrics."""
-    from rft.train.loss_aggregation import aggregation_in_force, describe
-
     mode = aggregation_in_force(a)
     facts["loss_aggregation"] = mode
     given = "--loss_aggregation" if getattr(a, "loss_aggregation", None) else f"default for {a.advantage_estimator}"

@@ -32,21 +32,18 @@ from typing import Any
 import torch
 
 from rft.io import pid_alive
+from rft.launch.train_options import served_lora_rank
 from rft.train.lora_payload import LoraSyncError, check_same_targets, decode_payload
 
-# vLLM 0.15's LoRAConfig accepts these max_lora_rank values only.
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 _TMPFS = Path("/dev/shm")
 
 
 def vllm_max_lora_rank(rank: int) -> int:
-    """The smallest max_lora_rank vLLM accepts that holds an adapter of rank ``rank``."""
-    if rank < 1:
-        raise LoraSyncError(f"LoRA rank {rank}: native vLLM LoRA needs --lora_rank > 0")
-    for allowed in VLLM_LORA_RANKS:
-        if allowed >= rank:
-            return allowed
-    raise LoraSyncError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}")
+    """The smallest max_lora_rank vLLM accepts that holds an adapter of rank ``rank`` (LoraSyncError otherwise)."""
+    try:
+        return served_lora_rank(rank)
+    except ValueError as e:
+        raise LoraSyncError(str(e)) from None
 
 
 GPT_OSS_CUDAGRAPH_MODE = "PIECEWISE"
