@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -263,68 +263,77 @@ def _missing(group: str, check: str, name: str) -> Verdict:
     return Verdict(group, check, MISSING, f"{name} not in the log")
 
 
+# (failing, status, suffix to the evidence, action): one rule of an early check over its first steps' points
+Rule = tuple[Callable[[list[tuple[int, float]]], bool], str, str, str]
+
+
+def _steps_evidence(log: MetricsLog, pts: list[tuple[int, float]]) -> str:
+    return f"steps {pts[0][0]}-{pts[-1][0]}: {', '.join(fmt(v) for _, v in pts)}"
+
+
+def _early_check(log: MetricsLog, th: Thresholds, check: str, name: str, missing: str,
+                 evidence: Callable[[MetricsLog, list[tuple[int, float]]], str], rules: Sequence[Rule],
+                 *, finite: bool = True) -> Verdict:
+    """`check` over the first steps of metric `name`: the first rule that holds gives the verdict, else PASS."""
+    pts = _first(log, name, th, finite=finite)
+    if not pts:
+        return _missing(EARLY, check, missing)
+    ev = evidence(log, pts)
+    for failing, status, suffix, action in rules:
+        if failing(pts):
+            return Verdict(EARLY, check, status, ev + suffix, action)
+    return Verdict(EARLY, check, PASS, ev)
+
+
+def _vals(pts: list[tuple[int, float]]) -> list[float]:
+    return [v for _, v in pts]
+
+
+def _boxed_falling(pts: list[tuple[int, float]]) -> bool:
+    slope, se = trend(pts)
+    return slope < 0 and slope / se < -2 and pts[0][1] - pts[-1][1] > 0.1
+
+
 def early_reward(log: MetricsLog, th: Thresholds) -> Verdict:
     """The reward is neither all 0 (a data or reward bug) nor all 1 (nothing to learn)."""
-    check = "reward_mean not stuck at 0/1"
-    pts = _first(log, "reward_mean", th)
-    if not pts:
-        return _missing(EARLY, check, "reward_mean/reward")
-    vals = [v for _, v in pts]
-    ev = f"steps {pts[0][0]}-{pts[-1][0]}: {', '.join(fmt(v) for v in vals)}"
-    if max(vals) <= 1e-6:
-        return Verdict(EARLY, check, FAIL, ev + " (stuck at 0)", EARLY_ACTIONS["reward0"])
-    if min(vals) >= 1 - 1e-6:
-        return Verdict(EARLY, check, FAIL, ev + " (stuck at 1)", EARLY_ACTIONS["reward1"])
-    return Verdict(EARLY, check, PASS, ev)
+    return _early_check(log, th, "reward_mean not stuck at 0/1", "reward_mean", "reward_mean/reward", _steps_evidence, [
+        (lambda pts: max(_vals(pts)) <= 1e-6, FAIL, " (stuck at 0)", EARLY_ACTIONS["reward0"]),
+        (lambda pts: min(_vals(pts)) >= 1 - 1e-6, FAIL, " (stuck at 1)", EARLY_ACTIONS["reward1"]),
+    ])
 
 
 def early_boxed(log: MetricsLog, th: Thresholds) -> Verdict:
     """Most responses box an answer, and that share is not falling."""
-    check = "has_boxed > 50% and not falling"
-    pts = _first(log, "has_boxed", th)
-    if not pts:
-        return _missing(EARLY, check, "has_boxed")
-    vals = [v for _, v in pts]
-    slope, se = trend(pts)
-    ev = f"mean {_mean(vals):.0%}, {fmt(vals[0])} -> {fmt(vals[-1])}"
-    if _mean(vals) <= 0.5:
-        return Verdict(EARLY, check, FAIL, ev, EARLY_ACTIONS["boxed"])
-    if slope < 0 and slope / se < -2 and vals[0] - vals[-1] > 0.1:
-        return Verdict(EARLY, check, WARN, ev + " (falling)", EARLY_ACTIONS["boxed"])
-    return Verdict(EARLY, check, PASS, ev)
+    def evidence(_: MetricsLog, pts: list[tuple[int, float]]) -> str:
+        return f"mean {_mean(_vals(pts)):.0%}, {fmt(pts[0][1])} -> {fmt(pts[-1][1])}"
+
+    return _early_check(log, th, "has_boxed > 50% and not falling", "has_boxed", "has_boxed", evidence, [
+        (lambda pts: _mean(_vals(pts)) <= 0.5, FAIL, "", EARLY_ACTIONS["boxed"]),
+        (_boxed_falling, WARN, " (falling)", EARLY_ACTIONS["boxed"]),
+    ])
 
 
 def early_grad_norm(log: MetricsLog, th: Thresholds) -> Verdict:
     """Gradients reach the adapter (non-zero) without exploding (< 100)."""
-    check = "grad_norm non-zero, < 100"
-    raw = _first(log, "grad_norm", th, finite=False)
-    if not raw:
-        return _missing(EARLY, check, "grad_norm")
-    vals = [v for _, v in raw]
-    ev = f"steps {raw[0][0]}-{raw[-1][0]}: {', '.join(fmt(v) for v in vals)}"
-    if any(not math.isfinite(v) for v in vals):
-        return Verdict(EARLY, check, FAIL, ev + " (non-finite)", "LR too high / diverged.")
-    if max(vals) == 0:
-        return Verdict(EARLY, check, FAIL, ev + " (zero)", EARLY_ACTIONS["grad0"])
-    if statistics.median(vals) > 100:
-        return Verdict(EARLY, check, FAIL, ev, EARLY_ACTIONS["lr_high"])
-    if max(vals) > 100:
-        return Verdict(EARLY, check, WARN, ev + " (one step > 100)", "LR too high?")
-    return Verdict(EARLY, check, PASS, ev)
+    return _early_check(log, th, "grad_norm non-zero, < 100", "grad_norm", "grad_norm", _steps_evidence, [
+        (lambda pts: any(not math.isfinite(v) for v in _vals(pts)), FAIL, " (non-finite)", "LR too high / diverged."),
+        (lambda pts: max(_vals(pts)) == 0, FAIL, " (zero)", EARLY_ACTIONS["grad0"]),
+        (lambda pts: statistics.median(_vals(pts)) > 100, FAIL, "", EARLY_ACTIONS["lr_high"]),
+        (lambda pts: max(_vals(pts)) > 100, WARN, " (one step > 100)", "LR too high?"),
+    ], finite=False)
 
 
 def early_advantage(log: MetricsLog, th: Thresholds) -> Verdict:
     """Advantages are not all zero after the first step."""
-    check = "advantage_std not stuck at 0"
-    pts = _first(log, "advantage_std", th)
-    if not pts:
-        return _missing(EARLY, check, "advantage_std/group_reward_std")
-    ev = f"{log.key_for('advantage_std')}: {', '.join(fmt(v) for _, v in pts)}"
-    if len(pts) < 2:
-        return Verdict(EARLY, check, INFO, ev + " (only step 1 so far)")
-    if max(abs(v) for _, v in pts[1:]) < 1e-8:
-        return Verdict(EARLY, check, FAIL, ev, EARLY_ACTIONS["adv0"])
-    return Verdict(EARLY, check, PASS, ev)
+    def evidence(log: MetricsLog, pts: list[tuple[int, float]]) -> str:
+        return f"{log.key_for('advantage_std')}: {', '.join(fmt(v) for _, v in pts)}"
+
+    rules: list[Rule] = [
+        (lambda pts: len(pts) < 2, INFO, " (only step 1 so far)", ""),
+        (lambda pts: max(abs(v) for _, v in pts[1:]) < 1e-8, FAIL, "", EARLY_ACTIONS["adv0"]),
+    ]
+    return _early_check(log, th, "advantage_std not stuck at 0", "advantage_std", "advantage_std/group_reward_std",
+                        evidence, rules)
 
 
 def _first_mean(log: MetricsLog, name: str, th: Thresholds) -> float | None:
