@@ -108,6 +108,11 @@ def trend(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
     return slope, max(se, 1e-12)
 
 
+def _values_mean(pts: Sequence[tuple[int, float]]) -> float:
+    """The mean of the values of (step, value) points."""
+    return _mean([v for _, v in pts])
+
+
 def _mean(values: Sequence[float]) -> float:
     return statistics.fmean(values) if values else math.nan
 
@@ -165,7 +170,7 @@ def mismatch_gap(log: MetricsLog, th: Thresholds) -> tuple[list[str], list[tuple
         series = log.series(key)[-th.mismatch_steps:]
         if not series:
             continue
-        mean = _mean([v for _, v in series])
+        mean = _values_mean(series)
         span = f"steps {series[0][0]}-{series[-1][0]}"
         text = f"{key} mean {fmt(mean)} over {span}"
         seen.append(text)
@@ -338,7 +343,7 @@ def early_advantage(log: MetricsLog, th: Thresholds) -> Verdict:
 
 def _first_mean(log: MetricsLog, name: str, th: Thresholds) -> float | None:
     pts = _first(log, name, th)
-    return _mean([v for _, v in pts]) if pts else None
+    return _values_mean(pts) if pts else None
 
 
 def early_truncated(log: MetricsLog, th: Thresholds) -> Verdict:
@@ -471,6 +476,11 @@ def early_stop(log: MetricsLog, th: Thresholds) -> Verdict:
 
 
 PLAY = "playbook"
+def _playbook(check: str, evidence: str, status: str = WARN) -> Verdict:
+    """The playbook verdict of `check`, with the playbook's action for it."""
+    return Verdict(PLAY, check, status, evidence, PLAYBOOK[check])
+
+
 PLAYBOOK = {
     "flat learning": "Increase LR, decrease KL coef, increase group size (n_samples_per_prompt 8 -> 16).",
     "instability": "Decrease LR, increase KL coef, add grad clipping.",
@@ -561,7 +571,7 @@ def non_finite(w: Window) -> Finding:
     """A NaN or inf in the loss, the gradient norm or the reward."""
     bad = [f"{name}@{s}" for name in ("policy_loss", "grad_norm", "reward_mean")
            for s, v in w.log.series(name, finite=False) if not math.isfinite(v)]
-    return Verdict(PLAY, "non-finite values", FAIL, ", ".join(bad[:8]), PLAYBOOK["non-finite values"]) if bad else None
+    return _playbook("non-finite values", ", ".join(bad[:8]), FAIL) if bad else None
 
 
 def learned_before(w: Window) -> bool:
@@ -596,7 +606,7 @@ def flat_learning(w: Window) -> Finding:
         ev += f"; |kl| median {fmt(statistics.median(w.kl))}"
     if w.ent:
         ev += f"; entropy {fmt(w.ent[0])} -> {fmt(w.ent[-1])}"
-    return Verdict(PLAY, "flat learning", WARN, ev, PLAYBOOK["flat learning"])
+    return _playbook("flat learning", ev)
 
 
 def instability(w: Window) -> Finding:
@@ -612,7 +622,7 @@ def instability(w: Window) -> Finding:
     ev = f"{w.signal} slope {fmt(slope)}/step over {w.span}"
     ev += f"; kl max {fmt(max(kl))} vs median {fmt(statistics.median(kl))}" if kl_spike else ""
     ev += f"; entropy {fmt(_mean(ent[:3]))} -> {fmt(_mean(ent[-3:]))}" if ent_drop else ""
-    return Verdict(PLAY, "instability", WARN, ev, PLAYBOOK["instability"])
+    return _playbook("instability", ev)
 
 
 def reward_hacking(w: Window) -> Finding:
@@ -627,7 +637,7 @@ def reward_hacking(w: Window) -> Finding:
     t_change = t_slope * (train_all[-1][0] - train_all[0][0])
     e_slope, _ = trend(evals)
     e_span = evals[-1][0] - evals[0][0]
-    e_mean = _mean([v for _, v in evals])
+    e_mean = _values_mean(evals)
     sxx = sum((s - _mean([x for x, _ in evals])) ** 2 for s, _ in evals)
     gain_se = math.sqrt(max(e_mean * (1 - e_mean), 1 / w.th.probe_size) / w.th.probe_size / sxx) * e_span
     if not (t_slope / t_se > 2 and t_change > 0.03 and e_slope * e_span <= 0.5 * gain_se):
@@ -638,7 +648,7 @@ def reward_hacking(w: Window) -> Finding:
         f"{e_slope * e_span * 100:+.1f}pp (binomial SE {gain_se * 100:.1f}pp; {len(evals)} evals "
         f"{evals[0][1]:.1%} ... {evals[-1][1]:.1%})"
     )
-    return Verdict(PLAY, "reward hacking", WARN, ev, PLAYBOOK["reward hacking"])
+    return _playbook("reward hacking", ev)
 
 
 def loss_grad_spikes(w: Window) -> Finding:
@@ -652,7 +662,7 @@ def loss_grad_spikes(w: Window) -> Finding:
     peaks = [v for s, v in w.log.series("grad_norm") if s in sp_steps]
     if len(peaks) >= 3 and peaks[-3] < peaks[-2] < peaks[-1]:
         ev += f"; spike grad norms escalating ({', '.join(fmt(p) for p in peaks[-3:])}): policy drifting into unstable regions"
-    return Verdict(PLAY, "loss/grad spikes", WARN, ev, PLAYBOOK["loss/grad spikes"])
+    return _playbook("loss/grad spikes", ev)
 
 
 def length_collapse(w: Window) -> Finding:
@@ -668,7 +678,7 @@ def length_collapse(w: Window) -> Finding:
     ev = f"mean response_length {fmt(peak)} (peak, 3-step mean) -> {fmt(recent)} (last 3 steps)"
     if w.ent:
         ev += f"; entropy {fmt(w.ent[0])} -> {fmt(w.ent[-1])}"
-    return Verdict(PLAY, "length collapse", WARN, ev, PLAYBOOK["length collapse"])
+    return _playbook("length collapse", ev)
 
 
 def high_truncation(w: Window) -> Finding:
@@ -676,11 +686,11 @@ def high_truncation(w: Window) -> Finding:
     trunc = w.log.series("truncated")
     if not trunc:
         return "high truncation (truncated)"
-    recent = _mean([v for _, v in trunc[-5:]])
+    recent = _values_mean(trunc[-5:])
     if recent <= 0.7:
         return None
     ev = f"{w.log.key_for('truncated')} {recent:.0%} over the last {min(5, len(trunc))} steps"
-    return Verdict(PLAY, "high truncation", WARN, ev, PLAYBOOK["high truncation"])
+    return _playbook("high truncation", ev)
 
 
 def entropy_collapse(w: Window) -> Finding:
@@ -688,14 +698,14 @@ def entropy_collapse(w: Window) -> Finding:
     ent_all = w.log.series("entropy")
     if len(ent_all) < 6:
         return None if ent_all else "entropy collapse (entropy)"
-    first, recent = _mean([v for _, v in ent_all[:3]]), _mean([v for _, v in ent_all[-3:]])
+    first, recent = _values_mean(ent_all[:3]), _values_mean(ent_all[-3:])
     if not (recent < 0.5 * first or (recent < 1.0 <= first and recent < 0.8 * first)):
         return None
     ev = f"{w.log.key_for('entropy')} {fmt(first)} (first 3 steps) -> {fmt(recent)} (last 3 steps)"
     p10 = w.log.series("entropy_p10")
     if len(p10) >= 6:
-        ev += f"; entropy_p10 {fmt(_mean([v for _, v in p10[:3]]))} -> {fmt(_mean([v for _, v in p10[-3:]]))}"
-    return Verdict(PLAY, "entropy collapse", WARN, ev, PLAYBOOK["entropy collapse"])
+        ev += f"; entropy_p10 {fmt(_values_mean(p10[:3]))} -> {fmt(_values_mean(p10[-3:]))}"
+    return _playbook("entropy collapse", ev)
 
 
 def uniform_groups(w: Window) -> Finding:
@@ -713,7 +723,7 @@ def uniform_groups(w: Window) -> Finding:
              if (k := w.log.key_for(name)) and row.get(k) is not None]  # fmt: skip
     if parts:
         ev += f" ({', '.join(parts)} at step {recent[-1][0]})"
-    return Verdict(PLAY, "uniform groups", WARN, ev, PLAYBOOK["uniform groups"])
+    return _playbook("uniform groups", ev)
 
 
 # ---------------------------------------------------------------- the guide's named thresholds
@@ -742,7 +752,7 @@ def boxed_steady_state(w: Window) -> Finding:
     steady = [(s, v) for s, v in pts if past is not None and s > past]
     if len(steady) < 5:
         return None
-    recent = _mean([v for _, v in steady[-5:]])
+    recent = _values_mean(steady[-5:])
     if recent >= w.th.boxed_steady:
         return None
     ev = (f"has_boxed {recent:.0%} over steps {steady[-5][0]}-{steady[-1][0]} (< {w.th.boxed_steady:.0%}); "
@@ -872,7 +882,7 @@ def high_but_wrong(log: MetricsLog, th: Thresholds) -> list[Verdict]:
     pts = _window(log, "reward_high_but_wrong", th)
     if not pts:
         return []
-    recent = _mean([v for _, v in pts[-5:]])
+    recent = _values_mean(pts[-5:])
     slope, se = trend(pts)
     rising = len(pts) >= 6 and slope / se > 2 and slope * (pts[-1][0] - pts[0][0]) > 0.03
     ev = f"reward_high_but_wrong {fmt(pts[0][1])} -> {fmt(pts[-1][1])}, last-5 mean {recent:.1%}"
