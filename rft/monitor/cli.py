@@ -147,6 +147,13 @@ NUMERIC_FLAGS = (
 )
 
 
+# (flag, help) of the mutually exclusive actions; without one, the latest steps and verdicts print once
+ACTION_FLAGS = (
+    ("--follow", "live view: table and verdicts refreshed as lines arrive (Ctrl-C to quit)"),
+    ("--check", "print the verdicts; exit 0 healthy, 1 warnings, 2 stop (FAIL or STOP)"),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI; every flag explained in --help."""
     p = argparse.ArgumentParser(
@@ -157,16 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_env_flag(p, "metrics", "METRICS_LOG_DIR", "metrics directory (holding training_metrics.jsonl) or the JSONL "
                  "file itself", nargs="?")
     act = p.add_mutually_exclusive_group()
-    act.add_argument(
-        "--follow",
-        action="store_true",
-        help="live view: table and verdicts refreshed as lines arrive (Ctrl-C to quit)",
-    )
-    act.add_argument(
-        "--check",
-        action="store_true",
-        help="print the verdicts; exit 0 healthy, 1 warnings, 2 stop (FAIL or STOP)",
-    )
+    for flag, text in ACTION_FLAGS:
+        act.add_argument(flag, action="store_true", help=text)
     p.add_argument("--plot", metavar="PNG", help="write a dashboard PNG of the main curves to this path")
     p.add_argument(
         "--table",
