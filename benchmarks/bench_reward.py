@@ -94,6 +94,18 @@ def _int_forms(n: int, rng: random.Random) -> str:
     return rng.choice(forms)
 
 
+# the final message of each kind that states its answer plainly ({good}, {wrong}: forms of the right and a wrong
+# answer, {label}: the label's form)
+FINAL_TEMPLATES = {
+    "boxed": "So the answer is $\\boxed{{{good}}}$.",
+    "boxed_wrong": "Therefore the answer is $\\boxed{{{wrong}}}$.",
+    "phrase": "The final answer is ${good}$.",
+    "gsm8k": "#### {label}",
+    "last_number": "Subtracting the overlap leaves {label}.",
+    "unclosed": "So the answer is $\\boxed{{\\frac{{{label}}}{{",
+}
+
+
 def make_sample(rng: random.Random, symbolic: bool) -> Sample:
     """One realistic rollout with its intended reward (final-channel answer, no credit for truncation)."""
     if symbolic:
@@ -112,18 +124,8 @@ def make_sample(rng: random.Random, symbolic: bool) -> Sample:
     if symbolic and kind in ("gsm8k", "last_number"):
         kind = "boxed"
     expected = 1.0 if kind in ("boxed", "phrase", "gsm8k", "last_number") else 0.0
-    if kind == "boxed":
-        final = f"So the answer is $\\boxed{{{good}}}$."
-    elif kind == "boxed_wrong":
-        final = f"Therefore the answer is $\\boxed{{{wrong}}}$."
-    elif kind == "phrase":
-        final = f"The final answer is ${good}$."
-    elif kind == "gsm8k":
-        final = f"#### {label}"
-    elif kind == "last_number":
-        final = f"Subtracting the overlap leaves {label}."
-    elif kind == "unclosed":
-        final = f"So the answer is $\\boxed{{\\frac{{{label}}}{{"
+    if kind in FINAL_TEMPLATES:
+        final = FINAL_TEMPLATES[kind].format(good=good, wrong=wrong, label=label)
     elif kind == "decoy":  # right answer in the reasoning, wrong one given as the answer
         think += f" Maybe it is \\boxed{{{good}}}? Let me double-check."
         final = f"The final answer is {wrong}." if harmony else f"Actually no. The final answer is $\\boxed{{{wrong}}}$."

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-from rft.io import atomic_write_text
+from rft.io import add_env_flag, atomic_write_text
 from rft.launch.record import branch_attempt, newest_record
 from rft.provenance import REPO_ROOT, git
 
@@ -166,17 +165,9 @@ def write_record(
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rft.attempt", description=__doc__.splitlines()[0])
     p.add_argument("attempt", nargs="?", help="NN (default: from the branch attempt-NN-desc)")
-    p.add_argument(
-        "--metrics",
-        default=os.environ.get("METRICS_LOG_DIR"),
-        help="the run's metrics directory (default: $METRICS_LOG_DIR)",
-    )
-    p.add_argument(
-        "--checkpoints",
-        default=os.environ.get("CKPT_PATH"),
-        help="the directory `spare.py watch` wrote checkpoint_eval.json into (default: $CKPT_PATH; "
-        "'' for none)",
-    )
+    add_env_flag(p, "--metrics", "METRICS_LOG_DIR", "the run's metrics directory")
+    add_env_flag(p, "--checkpoints", "CKPT_PATH", "the directory `spare.py watch` wrote checkpoint_eval.json into",
+                 otherwise="; '' for none")
     p.add_argument(
         "--repo", default=str(REPO_ROOT), help="the checkout holding notes/ and rl_grpo_research.md"
     )

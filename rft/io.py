@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -85,6 +86,12 @@ def flag_value(argv: list[str], flag: str) -> str | None:
         if argv[i] == flag:
             return argv[i + 1]
     return None
+
+
+def add_env_flag(parser: argparse.ArgumentParser, name: str, env: str, help_: str, *, otherwise: str = "",
+                 **kwargs: object) -> None:
+    """Add argument `name` whose default is environment variable `env`, named in its help after `help_`."""
+    parser.add_argument(name, default=os.environ.get(env), help=f"{help_} (default: ${env}{otherwise})", **kwargs)
 
 
 def pid_alive(pid: int) -> bool:

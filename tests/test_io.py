@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 
@@ -62,3 +63,15 @@ def test_flag_value_is_the_last_occurrence_as_argparse_reads_it():
     argv = ["--rollout_batch_size", "8", "--lr", "1e-6", "--rollout_batch_size", "64"]  # "$@" after the recipe
     assert flag_value(argv, "--rollout_batch_size") == "64" and flag_value(argv, "--lr") == "1e-6"
     assert flag_value(argv, "--absent") is None and flag_value(["--ckpt_path"], "--ckpt_path") is None
+
+
+@pytest.mark.parametrize(("env", "expected"), [({"RFT_TEST_DIR": "/runs/a"}, "/runs/a"), ({}, None)])
+def test_add_env_flag_defaults_to_the_variable_and_names_it(env, expected, monkeypatch):
+    monkeypatch.delenv("RFT_TEST_DIR", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    p = argparse.ArgumentParser()
+    io.add_env_flag(p, "--dir", "RFT_TEST_DIR", "the run's directory", otherwise=", else none")
+    assert p.parse_args([]).dir == expected
+    assert p.parse_args(["--dir", "x"]).dir == "x"
+    assert "the run's directory (default: $RFT_TEST_DIR, else none)" in " ".join(p.format_help().split())

@@ -8,6 +8,7 @@ python prepare_sft_data.py --pass-rates data/pass_rates.jsonl   # + sft_rl_pool_
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from pathlib import Path
 
 from rich.console import Console
@@ -31,6 +32,30 @@ HENDRYCKS_MATH = tuple(
     )
 )
 SOURCE_HELP = "a local parquet/JSONL/JSON/CSV file or directory, or a hub id OWNER/NAME[:CONFIG][@SPLIT]"
+
+
+# (flag, help) of the integer settings; each flag's default is the DataConfig field of its name
+SIZE_FLAGS = (
+    ("--seed", "seed of every split and sample"),
+    ("--rl-pool-size", "rows of sft_rl_pool.jsonl"),
+    ("--sft-size", "rows of sft_train.jsonl"),
+    ("--sft-dev-size", "rows of sft_dev.jsonl"),
+    ("--pool-subset-size", "rows of sft_rl_pool_400.jsonl (from the pool)"),
+    ("--probe-size", "rows of probe_set_200.jsonl"),
+    ("--aime-size", "rows of aime_eval.jsonl (seeded sample)"),
+    ("--ood-math-size", "MATH rows in probe_set_200_ood.jsonl"),
+    ("--gsm8k-eval-size", "rows of gsm8k_eval.jsonl (0: all)"),
+    ("--gsm8k-pool-size", "rows of gsm8k_rl_pool.jsonl (0: all)"),
+)
+CHAR_FLAGS = (
+    ("--min-problem-chars", "stage 6: shortest problem"),
+    ("--min-solution-chars", "stage 6: shortest solution"),
+)
+
+
+def _add_int(group: argparse._ArgumentGroup, flag: str, d: DataConfig, help_: str) -> None:
+    """An integer flag whose default is the field of `d` named like it."""
+    group.add_argument(flag, type=int, default=getattr(d, flag[2:].replace("-", "_")), help=help_)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,17 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     sz = p.add_argument_group("split sizes and selection")
-    sz.add_argument("--seed", type=int, default=d.seed, help="seed of every split and sample")
-    sz.add_argument("--rl-pool-size", type=int, default=d.rl_pool_size, help="rows of sft_rl_pool.jsonl")
-    sz.add_argument("--sft-size", type=int, default=d.sft_size, help="rows of sft_train.jsonl")
-    sz.add_argument("--sft-dev-size", type=int, default=d.sft_dev_size, help="rows of sft_dev.jsonl")
-    sz.add_argument(
-        "--pool-subset-size",
-        type=int,
-        default=d.pool_subset_size,
-        help="rows of sft_rl_pool_400.jsonl (from the pool)",
-    )
-    sz.add_argument("--probe-size", type=int, default=d.probe_size, help="rows of probe_set_200.jsonl")
+    for flag, help_ in SIZE_FLAGS:
+        _add_int(sz, flag, d, help_)
     sz.add_argument(
         "--probe-id-mode",
         choices=PROBE_ID_MODES,
@@ -87,23 +103,11 @@ def build_parser() -> argparse.ArgumentParser:
         "held-out: drawn from the same eligible rows but kept out of every training file",
     )
     sz.add_argument(
-        "--aime-size", type=int, default=d.aime_size, help="rows of aime_eval.jsonl (seeded sample)"
-    )
-    sz.add_argument(
-        "--ood-math-size", type=int, default=d.ood_math_size, help="MATH rows in probe_set_200_ood.jsonl"
-    )
-    sz.add_argument(
         "--math-levels",
         type=int,
         nargs="+",
         default=list(d.math_levels),
         help="MATH levels eligible for the OOD probe",
-    )
-    sz.add_argument(
-        "--gsm8k-eval-size", type=int, default=d.gsm8k_eval_size, help="rows of gsm8k_eval.jsonl (0: all)"
-    )
-    sz.add_argument(
-        "--gsm8k-pool-size", type=int, default=d.gsm8k_pool_size, help="rows of gsm8k_rl_pool.jsonl (0: all)"
     )
 
     flt = p.add_argument_group("filters")
@@ -119,12 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.require_valid,
         help='stage 4: keep only problem_is_valid == solution_is_valid == "Yes"',
     )
-    flt.add_argument(
-        "--min-problem-chars", type=int, default=d.min_problem_chars, help="stage 6: shortest problem"
-    )
-    flt.add_argument(
-        "--min-solution-chars", type=int, default=d.min_solution_chars, help="stage 6: shortest solution"
-    )
+    for flag, help_ in CHAR_FLAGS:
+        _add_int(flt, flag, d, help_)
 
     band = p.add_argument_group("a pool by base pass rate")
     band.add_argument(
@@ -168,26 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     if args.verify:
         return 0 if print_checks(verify(args.out_dir), console) else 1
-    cfg = DataConfig(
-        seed=args.seed,
-        rl_pool_size=args.rl_pool_size,
-        sft_size=args.sft_size,
-        sft_dev_size=args.sft_dev_size,
-        pool_subset_size=args.pool_subset_size,
-        probe_size=args.probe_size,
-        probe_id_mode=args.probe_id_mode,
-        aime_size=args.aime_size,
-        ood_math_size=args.ood_math_size,
-        math_levels=tuple(args.math_levels),
-        gsm8k_eval_size=args.gsm8k_eval_size,
-        gsm8k_pool_size=args.gsm8k_pool_size,
-        exclude_sources=tuple(args.exclude_sources),
-        require_valid=args.require_valid,
-        min_problem_chars=args.min_problem_chars,
-        min_solution_chars=args.min_solution_chars,
-        batch_size=args.batch_size,
-        progress=not args.no_progress,
+    named = {f.name: getattr(args, f.name) for f in fields(DataConfig) if hasattr(args, f.name)}
+    named.update(
+        math_levels=tuple(args.math_levels), exclude_sources=tuple(args.exclude_sources), progress=not args.no_progress
     )
+    cfg = DataConfig(**named)  # every flag named like a DataConfig field sets it
     inputs = Inputs(
         numina=args.numina,
         aime=args.aime,

@@ -18,6 +18,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
+from rft.io import add_env_flag
 from rft.launch.record import newest_record
 from rft.monitor.diagnosis import Thresholds, Verdict, diagnose, exit_code
 from rft.monitor.latest import from_environment
@@ -146,6 +147,13 @@ NUMERIC_FLAGS = (
 )
 
 
+# (flag, help) of the mutually exclusive actions; without one, the latest steps and verdicts print once
+ACTION_FLAGS = (
+    ("--follow", "live view: table and verdicts refreshed as lines arrive (Ctrl-C to quit)"),
+    ("--check", "print the verdicts; exit 0 healthy, 1 warnings, 2 stop (FAIL or STOP)"),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI; every flag explained in --help."""
     p = argparse.ArgumentParser(
@@ -153,24 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Health of a GRPO run from training_metrics.jsonl (+ spike_log.jsonl). Without an action "
         "flag, prints the latest steps and the verdicts once.",
     )
-    p.add_argument(
-        "metrics",
-        nargs="?",
-        default=os.environ.get("METRICS_LOG_DIR"),
-        help="metrics directory (holding training_metrics.jsonl) or the JSONL file itself "
-        "(default: $METRICS_LOG_DIR)",
-    )
+    add_env_flag(p, "metrics", "METRICS_LOG_DIR", "metrics directory (holding training_metrics.jsonl) or the JSONL "
+                 "file itself", nargs="?")
     act = p.add_mutually_exclusive_group()
-    act.add_argument(
-        "--follow",
-        action="store_true",
-        help="live view: table and verdicts refreshed as lines arrive (Ctrl-C to quit)",
-    )
-    act.add_argument(
-        "--check",
-        action="store_true",
-        help="print the verdicts; exit 0 healthy, 1 warnings, 2 stop (FAIL or STOP)",
-    )
+    for flag, text in ACTION_FLAGS:
+        act.add_argument(flag, action="store_true", help=text)
     p.add_argument("--plot", metavar="PNG", help="write a dashboard PNG of the main curves to this path")
     p.add_argument(
         "--table",
@@ -194,11 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="eval key of the OOD probe for early stopping (default: an eval_*ood*pass1 key, "
         "else the first eval_*_pass1)",
     )
-    p.add_argument(
-        "--ckpt-path",
-        default=os.environ.get("CKPT_PATH"),
-        help="OpenRLHF --ckpt_path, to name the best checkpoint's directory (default: $CKPT_PATH)",
-    )
+    add_env_flag(p, "--ckpt-path", "CKPT_PATH", "OpenRLHF --ckpt_path, to name the best checkpoint's directory")
     p.add_argument(
         "--disk",
         action="append",
@@ -213,11 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(--ckpt-path), then end the run (SIGINT to the run record's driver_pid) and write the reason into the "
         "run record; the run stays resumable. Without it --follow only reports",
     )
-    p.add_argument(
-        "--record-dir",
-        default=os.environ.get("RUN_RECORD_DIR"),
-        help="where the run's run_record_*.json is (default: $RUN_RECORD_DIR, else the metrics directory)",
-    )
+    add_env_flag(p, "--record-dir", "RUN_RECORD_DIR", "where the run's run_record_*.json is",
+                 otherwise=", else the metrics directory")
     for flag, default, text in NUMERIC_FLAGS:
         p.add_argument(flag, type=type(default), default=default, help=f"{text} (default: %(default)s)")
     return p

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +108,11 @@ def trend(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
     return slope, max(se, 1e-12)
 
 
+def _values_mean(pts: Sequence[tuple[int, float]]) -> float:
+    """The mean of the values of (step, value) points."""
+    return _mean([v for _, v in pts])
+
+
 def _mean(values: Sequence[float]) -> float:
     return statistics.fmean(values) if values else math.nan
 
@@ -165,7 +170,7 @@ def mismatch_gap(log: MetricsLog, th: Thresholds) -> tuple[list[str], list[tuple
         series = log.series(key)[-th.mismatch_steps:]
         if not series:
             continue
-        mean = _mean([v for _, v in series])
+        mean = _values_mean(series)
         span = f"steps {series[0][0]}-{series[-1][0]}"
         text = f"{key} mean {fmt(mean)} over {span}"
         seen.append(text)
@@ -263,73 +268,82 @@ def _missing(group: str, check: str, name: str) -> Verdict:
     return Verdict(group, check, MISSING, f"{name} not in the log")
 
 
+# (failing, status, suffix to the evidence, action): one rule of an early check over its first steps' points
+Rule = tuple[Callable[[list[tuple[int, float]]], bool], str, str, str]
+
+
+def _steps_evidence(log: MetricsLog, pts: list[tuple[int, float]]) -> str:
+    return f"steps {pts[0][0]}-{pts[-1][0]}: {', '.join(fmt(v) for _, v in pts)}"
+
+
+def _early_check(log: MetricsLog, th: Thresholds, check: str, name: str, missing: str,
+                 evidence: Callable[[MetricsLog, list[tuple[int, float]]], str], rules: Sequence[Rule],
+                 *, finite: bool = True) -> Verdict:
+    """`check` over the first steps of metric `name`: the first rule that holds gives the verdict, else PASS."""
+    pts = _first(log, name, th, finite=finite)
+    if not pts:
+        return _missing(EARLY, check, missing)
+    ev = evidence(log, pts)
+    for failing, status, suffix, action in rules:
+        if failing(pts):
+            return Verdict(EARLY, check, status, ev + suffix, action)
+    return Verdict(EARLY, check, PASS, ev)
+
+
+def _vals(pts: list[tuple[int, float]]) -> list[float]:
+    return [v for _, v in pts]
+
+
+def _boxed_falling(pts: list[tuple[int, float]]) -> bool:
+    slope, se = trend(pts)
+    return slope < 0 and slope / se < -2 and pts[0][1] - pts[-1][1] > 0.1
+
+
 def early_reward(log: MetricsLog, th: Thresholds) -> Verdict:
     """The reward is neither all 0 (a data or reward bug) nor all 1 (nothing to learn)."""
-    check = "reward_mean not stuck at 0/1"
-    pts = _first(log, "reward_mean", th)
-    if not pts:
-        return _missing(EARLY, check, "reward_mean/reward")
-    vals = [v for _, v in pts]
-    ev = f"steps {pts[0][0]}-{pts[-1][0]}: {', '.join(fmt(v) for v in vals)}"
-    if max(vals) <= 1e-6:
-        return Verdict(EARLY, check, FAIL, ev + " (stuck at 0)", EARLY_ACTIONS["reward0"])
-    if min(vals) >= 1 - 1e-6:
-        return Verdict(EARLY, check, FAIL, ev + " (stuck at 1)", EARLY_ACTIONS["reward1"])
-    return Verdict(EARLY, check, PASS, ev)
+    return _early_check(log, th, "reward_mean not stuck at 0/1", "reward_mean", "reward_mean/reward", _steps_evidence, [
+        (lambda pts: max(_vals(pts)) <= 1e-6, FAIL, " (stuck at 0)", EARLY_ACTIONS["reward0"]),
+        (lambda pts: min(_vals(pts)) >= 1 - 1e-6, FAIL, " (stuck at 1)", EARLY_ACTIONS["reward1"]),
+    ])
 
 
 def early_boxed(log: MetricsLog, th: Thresholds) -> Verdict:
     """Most responses box an answer, and that share is not falling."""
-    check = "has_boxed > 50% and not falling"
-    pts = _first(log, "has_boxed", th)
-    if not pts:
-        return _missing(EARLY, check, "has_boxed")
-    vals = [v for _, v in pts]
-    slope, se = trend(pts)
-    ev = f"mean {_mean(vals):.0%}, {fmt(vals[0])} -> {fmt(vals[-1])}"
-    if _mean(vals) <= 0.5:
-        return Verdict(EARLY, check, FAIL, ev, EARLY_ACTIONS["boxed"])
-    if slope < 0 and slope / se < -2 and vals[0] - vals[-1] > 0.1:
-        return Verdict(EARLY, check, WARN, ev + " (falling)", EARLY_ACTIONS["boxed"])
-    return Verdict(EARLY, check, PASS, ev)
+    def evidence(_: MetricsLog, pts: list[tuple[int, float]]) -> str:
+        return f"mean {_mean(_vals(pts)):.0%}, {fmt(pts[0][1])} -> {fmt(pts[-1][1])}"
+
+    return _early_check(log, th, "has_boxed > 50% and not falling", "has_boxed", "has_boxed", evidence, [
+        (lambda pts: _mean(_vals(pts)) <= 0.5, FAIL, "", EARLY_ACTIONS["boxed"]),
+        (_boxed_falling, WARN, " (falling)", EARLY_ACTIONS["boxed"]),
+    ])
 
 
 def early_grad_norm(log: MetricsLog, th: Thresholds) -> Verdict:
     """Gradients reach the adapter (non-zero) without exploding (< 100)."""
-    check = "grad_norm non-zero, < 100"
-    raw = _first(log, "grad_norm", th, finite=False)
-    if not raw:
-        return _missing(EARLY, check, "grad_norm")
-    vals = [v for _, v in raw]
-    ev = f"steps {raw[0][0]}-{raw[-1][0]}: {', '.join(fmt(v) for v in vals)}"
-    if any(not math.isfinite(v) for v in vals):
-        return Verdict(EARLY, check, FAIL, ev + " (non-finite)", "LR too high / diverged.")
-    if max(vals) == 0:
-        return Verdict(EARLY, check, FAIL, ev + " (zero)", EARLY_ACTIONS["grad0"])
-    if statistics.median(vals) > 100:
-        return Verdict(EARLY, check, FAIL, ev, EARLY_ACTIONS["lr_high"])
-    if max(vals) > 100:
-        return Verdict(EARLY, check, WARN, ev + " (one step > 100)", "LR too high?")
-    return Verdict(EARLY, check, PASS, ev)
+    return _early_check(log, th, "grad_norm non-zero, < 100", "grad_norm", "grad_norm", _steps_evidence, [
+        (lambda pts: any(not math.isfinite(v) for v in _vals(pts)), FAIL, " (non-finite)", "LR too high / diverged."),
+        (lambda pts: max(_vals(pts)) == 0, FAIL, " (zero)", EARLY_ACTIONS["grad0"]),
+        (lambda pts: statistics.median(_vals(pts)) > 100, FAIL, "", EARLY_ACTIONS["lr_high"]),
+        (lambda pts: max(_vals(pts)) > 100, WARN, " (one step > 100)", "LR too high?"),
+    ], finite=False)
 
 
 def early_advantage(log: MetricsLog, th: Thresholds) -> Verdict:
     """Advantages are not all zero after the first step."""
-    check = "advantage_std not stuck at 0"
-    pts = _first(log, "advantage_std", th)
-    if not pts:
-        return _missing(EARLY, check, "advantage_std/group_reward_std")
-    ev = f"{log.key_for('advantage_std')}: {', '.join(fmt(v) for _, v in pts)}"
-    if len(pts) < 2:
-        return Verdict(EARLY, check, INFO, ev + " (only step 1 so far)")
-    if max(abs(v) for _, v in pts[1:]) < 1e-8:
-        return Verdict(EARLY, check, FAIL, ev, EARLY_ACTIONS["adv0"])
-    return Verdict(EARLY, check, PASS, ev)
+    def evidence(log: MetricsLog, pts: list[tuple[int, float]]) -> str:
+        return f"{log.key_for('advantage_std')}: {', '.join(fmt(v) for _, v in pts)}"
+
+    rules: list[Rule] = [
+        (lambda pts: len(pts) < 2, INFO, " (only step 1 so far)", ""),
+        (lambda pts: max(abs(v) for _, v in pts[1:]) < 1e-8, FAIL, "", EARLY_ACTIONS["adv0"]),
+    ]
+    return _early_check(log, th, "advantage_std not stuck at 0", "advantage_std", "advantage_std/group_reward_std",
+                        evidence, rules)
 
 
 def _first_mean(log: MetricsLog, name: str, th: Thresholds) -> float | None:
     pts = _first(log, name, th)
-    return _mean([v for _, v in pts]) if pts else None
+    return _values_mean(pts) if pts else None
 
 
 def early_truncated(log: MetricsLog, th: Thresholds) -> Verdict:
@@ -462,6 +476,11 @@ def early_stop(log: MetricsLog, th: Thresholds) -> Verdict:
 
 
 PLAY = "playbook"
+def _playbook(check: str, evidence: str, status: str = WARN) -> Verdict:
+    """The playbook verdict of `check`, with the playbook's action for it."""
+    return Verdict(PLAY, check, status, evidence, PLAYBOOK[check])
+
+
 PLAYBOOK = {
     "flat learning": "Increase LR, decrease KL coef, increase group size (n_samples_per_prompt 8 -> 16).",
     "instability": "Decrease LR, increase KL coef, add grad clipping.",
@@ -552,7 +571,7 @@ def non_finite(w: Window) -> Finding:
     """A NaN or inf in the loss, the gradient norm or the reward."""
     bad = [f"{name}@{s}" for name in ("policy_loss", "grad_norm", "reward_mean")
            for s, v in w.log.series(name, finite=False) if not math.isfinite(v)]
-    return Verdict(PLAY, "non-finite values", FAIL, ", ".join(bad[:8]), PLAYBOOK["non-finite values"]) if bad else None
+    return _playbook("non-finite values", ", ".join(bad[:8]), FAIL) if bad else None
 
 
 def learned_before(w: Window) -> bool:
@@ -587,7 +606,7 @@ def flat_learning(w: Window) -> Finding:
         ev += f"; |kl| median {fmt(statistics.median(w.kl))}"
     if w.ent:
         ev += f"; entropy {fmt(w.ent[0])} -> {fmt(w.ent[-1])}"
-    return Verdict(PLAY, "flat learning", WARN, ev, PLAYBOOK["flat learning"])
+    return _playbook("flat learning", ev)
 
 
 def instability(w: Window) -> Finding:
@@ -603,7 +622,7 @@ def instability(w: Window) -> Finding:
     ev = f"{w.signal} slope {fmt(slope)}/step over {w.span}"
     ev += f"; kl max {fmt(max(kl))} vs median {fmt(statistics.median(kl))}" if kl_spike else ""
     ev += f"; entropy {fmt(_mean(ent[:3]))} -> {fmt(_mean(ent[-3:]))}" if ent_drop else ""
-    return Verdict(PLAY, "instability", WARN, ev, PLAYBOOK["instability"])
+    return _playbook("instability", ev)
 
 
 def reward_hacking(w: Window) -> Finding:
@@ -618,7 +637,7 @@ def reward_hacking(w: Window) -> Finding:
     t_change = t_slope * (train_all[-1][0] - train_all[0][0])
     e_slope, _ = trend(evals)
     e_span = evals[-1][0] - evals[0][0]
-    e_mean = _mean([v for _, v in evals])
+    e_mean = _values_mean(evals)
     sxx = sum((s - _mean([x for x, _ in evals])) ** 2 for s, _ in evals)
     gain_se = math.sqrt(max(e_mean * (1 - e_mean), 1 / w.th.probe_size) / w.th.probe_size / sxx) * e_span
     if not (t_slope / t_se > 2 and t_change > 0.03 and e_slope * e_span <= 0.5 * gain_se):
@@ -629,7 +648,7 @@ def reward_hacking(w: Window) -> Finding:
         f"{e_slope * e_span * 100:+.1f}pp (binomial SE {gain_se * 100:.1f}pp; {len(evals)} evals "
         f"{evals[0][1]:.1%} ... {evals[-1][1]:.1%})"
     )
-    return Verdict(PLAY, "reward hacking", WARN, ev, PLAYBOOK["reward hacking"])
+    return _playbook("reward hacking", ev)
 
 
 def loss_grad_spikes(w: Window) -> Finding:
@@ -643,7 +662,7 @@ def loss_grad_spikes(w: Window) -> Finding:
     peaks = [v for s, v in w.log.series("grad_norm") if s in sp_steps]
     if len(peaks) >= 3 and peaks[-3] < peaks[-2] < peaks[-1]:
         ev += f"; spike grad norms escalating ({', '.join(fmt(p) for p in peaks[-3:])}): policy drifting into unstable regions"
-    return Verdict(PLAY, "loss/grad spikes", WARN, ev, PLAYBOOK["loss/grad spikes"])
+    return _playbook("loss/grad spikes", ev)
 
 
 def length_collapse(w: Window) -> Finding:
@@ -659,7 +678,7 @@ def length_collapse(w: Window) -> Finding:
     ev = f"mean response_length {fmt(peak)} (peak, 3-step mean) -> {fmt(recent)} (last 3 steps)"
     if w.ent:
         ev += f"; entropy {fmt(w.ent[0])} -> {fmt(w.ent[-1])}"
-    return Verdict(PLAY, "length collapse", WARN, ev, PLAYBOOK["length collapse"])
+    return _playbook("length collapse", ev)
 
 
 def high_truncation(w: Window) -> Finding:
@@ -667,11 +686,11 @@ def high_truncation(w: Window) -> Finding:
     trunc = w.log.series("truncated")
     if not trunc:
         return "high truncation (truncated)"
-    recent = _mean([v for _, v in trunc[-5:]])
+    recent = _values_mean(trunc[-5:])
     if recent <= 0.7:
         return None
     ev = f"{w.log.key_for('truncated')} {recent:.0%} over the last {min(5, len(trunc))} steps"
-    return Verdict(PLAY, "high truncation", WARN, ev, PLAYBOOK["high truncation"])
+    return _playbook("high truncation", ev)
 
 
 def entropy_collapse(w: Window) -> Finding:
@@ -679,14 +698,14 @@ def entropy_collapse(w: Window) -> Finding:
     ent_all = w.log.series("entropy")
     if len(ent_all) < 6:
         return None if ent_all else "entropy collapse (entropy)"
-    first, recent = _mean([v for _, v in ent_all[:3]]), _mean([v for _, v in ent_all[-3:]])
+    first, recent = _values_mean(ent_all[:3]), _values_mean(ent_all[-3:])
     if not (recent < 0.5 * first or (recent < 1.0 <= first and recent < 0.8 * first)):
         return None
     ev = f"{w.log.key_for('entropy')} {fmt(first)} (first 3 steps) -> {fmt(recent)} (last 3 steps)"
     p10 = w.log.series("entropy_p10")
     if len(p10) >= 6:
-        ev += f"; entropy_p10 {fmt(_mean([v for _, v in p10[:3]]))} -> {fmt(_mean([v for _, v in p10[-3:]]))}"
-    return Verdict(PLAY, "entropy collapse", WARN, ev, PLAYBOOK["entropy collapse"])
+        ev += f"; entropy_p10 {fmt(_values_mean(p10[:3]))} -> {fmt(_values_mean(p10[-3:]))}"
+    return _playbook("entropy collapse", ev)
 
 
 def uniform_groups(w: Window) -> Finding:
@@ -704,7 +723,7 @@ def uniform_groups(w: Window) -> Finding:
              if (k := w.log.key_for(name)) and row.get(k) is not None]  # fmt: skip
     if parts:
         ev += f" ({', '.join(parts)} at step {recent[-1][0]})"
-    return Verdict(PLAY, "uniform groups", WARN, ev, PLAYBOOK["uniform groups"])
+    return _playbook("uniform groups", ev)
 
 
 # ---------------------------------------------------------------- the guide's named thresholds
@@ -733,7 +752,7 @@ def boxed_steady_state(w: Window) -> Finding:
     steady = [(s, v) for s, v in pts if past is not None and s > past]
     if len(steady) < 5:
         return None
-    recent = _mean([v for _, v in steady[-5:]])
+    recent = _values_mean(steady[-5:])
     if recent >= w.th.boxed_steady:
         return None
     ev = (f"has_boxed {recent:.0%} over steps {steady[-5][0]}-{steady[-1][0]} (< {w.th.boxed_steady:.0%}); "
@@ -863,7 +882,7 @@ def high_but_wrong(log: MetricsLog, th: Thresholds) -> list[Verdict]:
     pts = _window(log, "reward_high_but_wrong", th)
     if not pts:
         return []
-    recent = _mean([v for _, v in pts[-5:]])
+    recent = _values_mean(pts[-5:])
     slope, se = trend(pts)
     rising = len(pts) >= 6 and slope / se > 2 and slope * (pts[-1][0] - pts[0][0]) > 0.03
     ev = f"reward_high_but_wrong {fmt(pts[0][1])} -> {fmt(pts[-1][1])}, last-5 mean {recent:.1%}"

@@ -377,21 +377,8 @@ _CLOSE = set(_OPEN.values())
 
 def split_items(body: str) -> list[str] | None:
     """The top-level comma-separated items of `body`, stripped; None when its brackets do not balance."""
-    items, depth, start = [], 0, 0
-    for i, c in enumerate(body):  # an escaped brace `\{` counts as its brace: sets nest like groups
-        if c in _OPEN:
-            depth += 1
-        elif c in _CLOSE:
-            depth -= 1
-            if depth < 0:
-                return None
-        elif c == "," and depth == 0:
-            items.append(body[start:i].strip())
-            start = i + 1
-    if depth != 0:
-        return None
-    items.append(body[start:].strip())
-    return items
+    items = _top_level(body, ",")  # an escaped brace `\{` counts as its brace: sets nest like groups
+    return None if items is None else [item.strip() for item in items]
 
 
 def split_sequence(s: str) -> tuple[str, list[str], str] | None:

@@ -57,6 +57,17 @@ def add_adapter_flag(parser: argparse.ArgumentParser, help_text: str) -> None:
     parser.add_argument("--adapter", action="append", default=[], metavar="SRC[=DEST]", help=help_text)
 
 
+# (command, help, --adapter help, its one switch, that switch's help) of the commands that take adapters
+ADAPTER_COMMANDS = (
+    ("sync", "fast-forward the spare's checkout to HEAD (git bundle) and rsync data files and adapters; idempotent",
+     "a LoRA adapter dir to rsync (repeatable); DEST on the spare defaults to the same path",
+     "--no-data", "skip the gitignored data files"),
+    ("verify", "compare git HEAD, data checksums, package versions, patches (and adapters) of primary and spare; "
+     "exit 1 on any mismatch", "also compare this adapter's files (repeatable)",
+     "--json", "print the comparison as JSON instead of a table"),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI; `run`'s job command is everything after the first `--` and is never parsed."""
     p = argparse.ArgumentParser(
@@ -81,21 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--argv-b64", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    s = sub.add_parser(
-        "sync",
-        help="fast-forward the spare's checkout to HEAD (git bundle) and rsync data files "
-        "and adapters; idempotent",
-    )
-    add_adapter_flag(s, "a LoRA adapter dir to rsync (repeatable); DEST on the spare defaults to the same path")
-    s.add_argument("--no-data", action="store_true", help="skip the gitignored data files")
-
-    s = sub.add_parser(
-        "verify",
-        help="compare git HEAD, data checksums, package versions, patches (and adapters) "
-        "of primary and spare; exit 1 on any mismatch",
-    )
-    add_adapter_flag(s, "also compare this adapter's files (repeatable)")
-    s.add_argument("--json", action="store_true", help="print the comparison as JSON instead of a table")
+    for name, help_, adapter_help, switch, switch_help in ADAPTER_COMMANDS:
+        s = sub.add_parser(name, help=help_)
+        add_adapter_flag(s, adapter_help)
+        s.add_argument(switch, action="store_true", help=switch_help)
 
     s = sub.add_parser(
         "facts", help="print this host's verify facts as JSON (what verify asks the spare for)"

@@ -253,18 +253,15 @@ def test_run_of_checkout_by_location_or_record(tmp_path):
     assert latest.metrics_dir == d and latest.ckpt_path() == str(d.parent / "ckpt")
 
 
-@pytest.mark.parametrize(("share", "code", "needle"), [(0.0, 0, "rollout_logprob_repaired at most 0.0%"),
-                                                       (0.05, 1, "WARN"), (1.0, 2, "FAIL")])
-def test_monitor_sh_check_does_not_pass_repaired_rollout_logprobs(share, code, needle, tmp_path):
-    """The healthy run with a share of its vLLM log-probs repaired: 5% warns, all of them (an engine returning
-    NaN everywhere, where vllm_kl reads as perfect agreement) fails the agreement check."""
+def _check_edited_healthy(tmp_path, edit, code: int, needle: str) -> subprocess.CompletedProcess:
+    """`monitor.sh --check` over the healthy run with `edit` applied to each step row: asserts the exit code and
+    `needle` in the rollout/trainer agreement line; returns the run."""
     d = write_scenario("healthy", tmp_path / "h")
     path = d / "training_metrics.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     for row in rows:
         if "response_length" in row:
-            row["rollout_logprob_repaired"] = share * row["response_length"]
-            row["vllm_kl"] = 0.0 if share == 1.0 else row.get("vllm_kl", 0.0)
+            edit(row)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = subprocess.run(["bash", str(ROOT / "monitor.sh"), "--check"], capture_output=True, text=True,
                          env={**os.environ, "METRICS_LOG_DIR": str(d), "COLUMNS": "250", "PYTHON": sys.executable},
@@ -272,6 +269,19 @@ def test_monitor_sh_check_does_not_pass_repaired_rollout_logprobs(share, code, n
     assert res.returncode == code, res.stdout + res.stderr
     line = next(ln for ln in res.stdout.splitlines() if "rollout/trainer agreement" in ln)
     assert needle in line, res.stdout
+    return res
+
+
+@pytest.mark.parametrize(("share", "code", "needle"), [(0.0, 0, "rollout_logprob_repaired at most 0.0%"),
+                                                       (0.05, 1, "WARN"), (1.0, 2, "FAIL")])
+def test_monitor_sh_check_does_not_pass_repaired_rollout_logprobs(share, code, needle, tmp_path):
+    """The healthy run with a share of its vLLM log-probs repaired: 5% warns, all of them (an engine returning
+    NaN everywhere, where vllm_kl reads as perfect agreement) fails the agreement check."""
+    def edit(row: dict) -> None:
+        row["rollout_logprob_repaired"] = share * row["response_length"]
+        row["vllm_kl"] = 0.0 if share == 1.0 else row.get("vllm_kl", 0.0)
+
+    res = _check_edited_healthy(tmp_path, edit, code, needle)
     if share:
         assert "rollout log-probs repaired" in res.stdout
 
@@ -281,19 +291,9 @@ def test_monitor_sh_check_does_not_pass_repaired_rollout_logprobs(share, code, n
 def test_monitor_sh_check_does_not_pass_a_high_out_of_band_share(out_of_band, code, needle, tmp_path):
     """The healthy run (vllm_kl near 0, which gaps of both signs can give) with a share of its tokens' rollout/trainer
     ratio outside [0.9, 1.1]: 10% warns, half of them fails the agreement check."""
-    d = write_scenario("healthy", tmp_path / "h")
-    path = d / "training_metrics.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    for row in rows:
-        if "response_length" in row:
-            row.update(mismatch_out_of_band=out_of_band, mismatch_kl=1e-3, mismatch_is_clipped=0.0,
-                       mismatch_abs_max=0.4)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    res = subprocess.run(["bash", str(ROOT / "monitor.sh"), "--check"], capture_output=True, text=True,
-                         env={**os.environ, "METRICS_LOG_DIR": str(d), "COLUMNS": "250", "PYTHON": sys.executable},
-                         timeout=60)
-    assert res.returncode == code, res.stdout + res.stderr
-    line = next(ln for ln in res.stdout.splitlines() if "rollout/trainer agreement" in ln)
-    assert needle in line, res.stdout
+    def edit(row: dict) -> None:
+        row.update(mismatch_out_of_band=out_of_band, mismatch_kl=1e-3, mismatch_is_clipped=0.0, mismatch_abs_max=0.4)
+
+    res = _check_edited_healthy(tmp_path, edit, code, needle)
     if code:
         assert "tokens with ratio outside [0.9, 1.1]" in res.stdout
