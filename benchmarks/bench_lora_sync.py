@@ -81,17 +81,8 @@ def vllm_gap_table(lrs: list[float], steps: list[int]) -> Table:
 
     from vllm.lora.request import LoRARequest
 
+    from rft.fixtures import vllm_engine as ve
     from rft.fixtures.tiny_model import VLLM_HIDDEN, build_tiny_model
-    from rft.fixtures.vllm_engine import (
-        hf_logprobs,
-        max_gap,
-        offline_llm,
-        payload_of,
-        peft_model,
-        prompts,
-        shutdown,
-        vllm_logprobs,
-    )
     from rft.train.lora_merge import LoraMergeApplier
     from rft.train.lora_native import write_peft_adapter
     from rft.train.lora_payload import lora_parameters
@@ -100,35 +91,35 @@ def vllm_gap_table(lrs: list[float], steps: list[int]) -> Table:
                   "max |trainer change|")
     for col in ["dtype", "lr", "mode"] + [f"k={k}" for k in steps]:
         table.add_column(col, justify="right")
-    batch = prompts()
+    batch = ve.prompts()
     tmp = Path(tempfile.mkdtemp(prefix="bench-lora-"))
     for dtype in ("float32", "bfloat16"):
         path = build_tiny_model(tmp / dtype, hidden_size=VLLM_HIDDEN, initializer_range=0.02, dtype=dtype)
-        trainer = peft_model(path, dtype)
+        trainer = ve.peft_model(path, dtype)
         a0 = {n: p.detach().clone() for n, p in lora_parameters(trainer)}
-        trainer0 = hf_logprobs(trainer, batch)
+        trainer0 = ve.hf_logprobs(trainer, batch)
         for mode in ("merge", "native"):
-            llm = offline_llm(path, dtype, **({"enable_lora": True, "max_lora_rank": 8} if mode == "native" else {}))
-            rollout0 = vllm_logprobs(llm, batch)
+            llm = ve.offline_llm(path, dtype, **({"enable_lora": True, "max_lora_rank": 8} if mode == "native" else {}))
+            rollout0 = ve.vllm_logprobs(llm, batch)
             applier = None if mode == "native" else LoraMergeApplier(llm.llm_engine.model_executor.driver_worker
                                                                      .worker.model_runner.model)
             for lr in lrs:
                 cells = []
                 for i, k in enumerate(steps):
                     coherent_steps(trainer, a0, lr, k)
-                    payload = payload_of(trainer, k)
+                    payload = ve.payload_of(trainer, k)
                     if applier is not None:
                         applier.apply(payload)
-                        rollout = vllm_logprobs(llm, batch)
+                        rollout = ve.vllm_logprobs(llm, batch)
                     else:
                         adir = write_peft_adapter(payload, tmp / f"{dtype}-{lr}-{k}")
                         lid = len(lrs) * len(steps) + i + 1 + lrs.index(lr) * len(steps)
-                        rollout = vllm_logprobs(llm, batch, LoRARequest(f"a{lid}", lid, str(adir)))
-                    want = hf_logprobs(trainer, batch)
-                    cells.append(f"{realized(rollout, rollout0, want, trainer0):.2f} / {max_gap(rollout, want):.1e}"
-                                 f" / {max_gap(want, trainer0):.1e}")
+                        rollout = ve.vllm_logprobs(llm, batch, LoRARequest(f"a{lid}", lid, str(adir)))
+                    want = ve.hf_logprobs(trainer, batch)
+                    cells.append(f"{realized(rollout, rollout0, want, trainer0):.2f} / {ve.max_gap(rollout, want):.1e}"
+                                 f" / {ve.max_gap(want, trainer0):.1e}")
                 table.add_row(dtype, f"{lr:g}", mode, *cells)
-            shutdown(llm)
+            ve.shutdown(llm)
     return table
 
 
