@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,6 +14,16 @@ from tests.launch.rows import rows
 from tests.support.git import git
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def launcher_environment():
+    """The launcher sets its decisions in os.environ before it execs (RUN_NAME, caches, stand-ins); a test that
+    calls it in-process gets this process's environment back afterwards, so no test sees another's."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture(scope="session")

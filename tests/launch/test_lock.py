@@ -102,15 +102,12 @@ def test_the_cpu_script_refuses_before_it_starts_anything(tmp_path, start_holder
         proc.wait()
 
 
-def test_check_free_takes_nothing_it_keeps(tmp_path):
+def test_check_free_takes_nothing_it_keeps(tmp_path, start_holder):
     """The supervising launcher's early check: refused while held, and it leaves the lock free for its child."""
     proc = start_holder(tmp_path / "held")
-    try:
-        with pytest.raises(LaunchLocked, match=f"pid {proc.pid}"):
-            check_free([tmp_path / "free", tmp_path / "held"])
-    finally:
-        proc.kill()
-        proc.wait()
+    with pytest.raises(LaunchLocked, match=f"pid {proc.pid}"):
+        check_free([tmp_path / "free", tmp_path / "held"])
+    stop_group(proc)
     check_free([tmp_path / "free", tmp_path / "held"])
     for fd in acquire_all([tmp_path / "free", tmp_path / "held"]):  # nothing was kept: taken again at once
         os.close(fd)
