@@ -1,7 +1,7 @@
 """Peak GPU memory per process role, until killed: `python -m rft.monitor.gpu_memory OUT_JSON [--interval S]`.
 
-Samples `nvidia-smi --query-compute-apps` and rewrites OUT_JSON ({role: MiB}) at every sample; the SMOKE=1 run
-reports it."""
+Samples `nvidia-smi --query-compute-apps` and rewrites OUT_JSON ({role: MiB}) at every sample, each process
+labelled by rft/monitor/roles.py (vLLM's TP workers under Ray, host pids in containers); the SMOKE=1 run reports it."""
 
 from __future__ import annotations
 
@@ -13,16 +13,17 @@ import time
 from pathlib import Path
 
 from rft.io import atomic_write_json
+from rft.monitor.roles import peak_by_role
 
 
-def role_of(pid: int) -> str:
-    """A process's role from its title: Ray sets `ray::ActorClass.method`, vLLM its workers' `VLLM::Worker_TP0`."""
-    try:
-        title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-    except OSError:
-        return f"pid {pid}"
-    title = title.split()[0] if title else f"pid {pid}"
-    return title.split(".")[0] if title.startswith("ray::") else Path(title).name
+def read_rows(text: str) -> list[tuple[int, str, float]]:
+    """(pid, bus id, MiB) of each well-formed line of `nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory`."""
+    rows = []
+    for line in text.strip().splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit() and parts[2].replace(".", "").isdigit():
+            rows.append((int(parts[0]), parts[1], float(parts[2])))
+    return rows
 
 
 def sample_gpu(out: Path, interval: float = 2.0) -> None:
@@ -30,14 +31,9 @@ def sample_gpu(out: Path, interval: float = 2.0) -> None:
     exe = shutil.which("nvidia-smi")
     peaks: dict[str, float] = {}
     while exe:
-        res = subprocess.run([exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+        res = subprocess.run([exe, "--query-compute-apps=pid,gpu_bus_id,used_memory", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True)
-        for line in res.stdout.strip().splitlines():
-            pid, mem = (x.strip() for x in line.split(",", 1))
-            if pid.isdigit() and mem.replace(".", "").isdigit():
-                role = role_of(int(pid))
-                peaks[role] = max(peaks.get(role, 0.0), float(mem))
-        atomic_write_json(out, peaks)
+        atomic_write_json(out, peak_by_role(read_rows(res.stdout), peaks))
         time.sleep(interval)
 
 

@@ -1,4 +1,4 @@
-"""rft/monitor/gpu_memory.py: process roles from their titles, and the peaks per role from nvidia-smi's rows."""
+"""rft/monitor/gpu_memory.py: nvidia-smi's rows read, and the peaks per role (rft/monitor/roles.py) kept."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from rft.monitor.gpu_memory import role_of
+from rft.monitor.gpu_memory import read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,15 +24,9 @@ def titled(title: str) -> subprocess.Popen:
     return proc
 
 
-def test_role_of_reads_ray_and_vllm_titles():
-    procs = [titled("ray::PolicyModelActor.fit"), titled("VLLM::Worker_TP0"), titled("/usr/bin/python3")]
-    try:
-        assert [role_of(p.pid) for p in procs] == ["ray::PolicyModelActor", "VLLM::Worker_TP0", "python3"]
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-    assert role_of(procs[0].pid) == f"pid {procs[0].pid}"  # gone: named by its pid
+def test_rows_are_read_and_malformed_lines_skipped():
+    text = "123, 00000000:17:00.0, 1000\n[N/A], 00000000:17:00.0, 5\nbad line\n45, 00000000:18:00.0, 2.5\n"
+    assert read_rows(text) == [(123, "00000000:17:00.0", 1000.0), (45, "00000000:18:00.0", 2.5)]
 
 
 def test_the_cli_keeps_the_peak_per_role(tmp_path):
@@ -42,8 +36,9 @@ def test_the_cli_keeps_the_peak_per_role(tmp_path):
     fake = tmp_path / "bin" / "nvidia-smi"
     fake.parent.mkdir()
     fake.write_text(f'#!/bin/bash\necho x >> "{calls}"\n'
-                    f'if (( $(wc -l < "{calls}") == 1 )); then echo "{actor.pid}, 1000"; '
-                    f'else echo "{actor.pid}, 3000"; echo "{actor.pid}, 2000"; fi\n')
+                    f'if (( $(wc -l < "{calls}") == 1 )); then echo "{actor.pid}, 00000000:17:00.0, 1000"; '
+                    f'else echo "{actor.pid}, 00000000:17:00.0, 3000"; echo "{actor.pid}, 00000000:17:00.0, 2000"; '
+                    'fi\n')
     fake.chmod(0o755)
     out = tmp_path / "peaks.json"
     env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"}
