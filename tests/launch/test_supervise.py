@@ -121,7 +121,13 @@ def test_a_smoke_run_ends_in_its_verdict_on_its_own_metrics(child_status, want, 
     log = tmp_path / "calls.jsonl"
     after: list[int] = []
     old = metrics / "training_metrics.jsonl"
-    child = [sys.executable, "-c", f"import os, sys; sys.exit(8 if os.path.exists({str(old)!r}) else {child_status})"]
+    # the driver stand-in ends once the sampler has started and recorded itself (terminated before it could, a
+    # sampler would leave no line), with 8 if the older run's metrics were not removed first
+    child = [sys.executable, "-c",
+             f"import os, sys, time\nt = time.time() + 60\n"
+             f"while time.time() < t and {supervise.SAMPLER_MODULE!r} not in (open({str(log)!r}).read() "
+             f"if os.path.exists({str(log)!r}) else ''):\n    time.sleep(0.02)\n"
+             f"sys.exit(8 if os.path.exists({str(old)!r}) else {child_status})"]
     env = {**os.environ, "METRICS_LOG_DIR": str(metrics), "RFT_STOP_GRACE": "5"}
     rc = supervise.supervise(PROFILES["20b"], child, env, smoke=True, after=after.append, module=stand_in(log))
     calls = [json.loads(x) for x in log.read_text().splitlines()]
