@@ -8,7 +8,6 @@ python prepare_sft_data.py --pass-rates data/pass_rates.jsonl   # + sft_rl_pool_
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
 from pathlib import Path
 
 from rich.console import Console
@@ -18,6 +17,7 @@ from rft.data.pipeline import BAND_FILE, PROBE_ID_MODES, DataConfig, Inputs, pre
 from rft.data.report import band_markdown, build_report, print_report, render_markdown
 from rft.data.sources import DataError
 from rft.data.verify import print_checks, verify
+from rft.options import from_args
 
 HENDRYCKS_MATH = tuple(
     f"EleutherAI/hendrycks_math:{c}@test"
@@ -168,11 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     if args.verify:
         return 0 if print_checks(verify(args.out_dir), console) else 1
-    named = {f.name: getattr(args, f.name) for f in fields(DataConfig) if hasattr(args, f.name)}
-    named.update(
-        math_levels=tuple(args.math_levels), exclude_sources=tuple(args.exclude_sources), progress=not args.no_progress
-    )
-    cfg = DataConfig(**named)  # every flag named like a DataConfig field sets it
+    cfg = from_args(  # every flag named like a DataConfig field sets it
+        DataConfig, args,
+        math_levels=tuple(args.math_levels), exclude_sources=tuple(args.exclude_sources), progress=not args.no_progress,
+    )  # fmt: skip
     inputs = Inputs(
         numina=args.numina,
         aime=args.aime,

@@ -16,6 +16,7 @@ import sys
 from rft.eval.merge import MergeError, default_merged_dir
 from rft.eval.modes import MODES, EvalConfig, parse_named, run_evaluation
 from rft.eval.report import print_summary
+from rft.options import from_args
 from rft.prompts import DEFAULT_CHAT_DATE, DEFAULT_REASONING_EFFORT
 
 
@@ -174,15 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         modes = ["greedy_pass@1"]
     else:
         modes = list(MODES) if "all" in args.mode else list(dict.fromkeys(args.mode))
-    cfg = EvalConfig(
-        max_new_tokens=args.max_tokens,
-        seed=args.seed,
-        reasoning_effort=args.reasoning_effort,
-        chat_date=args.chat_date,
-        backend=args.backend,
-        limit=args.limit,
-        n_boot=args.bootstrap,
-    )
+    cfg = from_args(EvalConfig, args, {"max_new_tokens": "max_tokens", "n_boot": "bootstrap"})
 
     def backend_factory(model_dir):
         from rft.eval.generation import make_backend
@@ -242,15 +235,9 @@ def pass_rates_main(args, models: list[tuple[str, str]], backend_factory, eval_c
     if len(models) != 1 or len(args.dataset or []) != 1:
         raise ValueError("--pass-rates takes exactly one --model and one --dataset (the pool)")
     (_, path), (_, pool) = models[0], resolve_dataset(args.dataset[0], args.data_dir)
-    cfg = PassRateConfig(
-        samples=args.pass_rate_samples,
-        temperature=args.pass_rate_temperature,
-        max_new_tokens=args.pass_rate_max_tokens,
-        chunk_size=args.chunk_size,
-        seed=args.seed,
-        reasoning_effort=args.reasoning_effort,
-        chat_date=eval_cfg.resolved_chat_date(),
-    )
+    renamed = {"samples": "pass_rate_samples", "temperature": "pass_rate_temperature",
+               "max_new_tokens": "pass_rate_max_tokens"}  # fmt: skip
+    cfg = from_args(PassRateConfig, args, renamed, chat_date=eval_cfg.resolved_chat_date())
     eval_cfg.template_kwargs()  # a malformed --chat-date is refused before any model loads
 
     def resolve(p):

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rft.io import iter_jsonl
+from rft.options import from_args
 
 MIN_LR_RATIO = 0.1  # hard-coded in 0.9.3 ppo_actor.py: min_lr = actor_learning_rate * 0.1
 CHECK_STEP = 20  # the LR at this scheduler step must be at least MIN_FRACTION of the target
@@ -334,18 +335,8 @@ def schedule_from_args(args: argparse.Namespace, pool: int | None = None) -> Sch
         if not args.prompt_data:
             raise ValueError("no --prompt_data and no POOL: cannot size the schedule")
         pool = count_pool(args.prompt_data, args.max_samples, args.prompt_data_probs)
-    return Schedule(
-        pool=pool,
-        n_samples_per_prompt=args.n_samples_per_prompt,
-        train_batch_size=args.train_batch_size,
-        num_episodes=args.num_episodes,
-        lr=args.actor_learning_rate,
-        warmup_ratio=args.lr_warmup_ratio,
-        max_epochs=args.max_epochs,
-        rollout_batch_size=args.rollout_batch_size,
-        lora_rank=args.lora_rank,
-        scheduler=args.lr_scheduler,
-    )
+    renamed = {"lr": "actor_learning_rate", "warmup_ratio": "lr_warmup_ratio", "scheduler": "lr_scheduler"}
+    return from_args(Schedule, args, renamed, pool=pool)
 
 
 # Seed-form environment variables and the OpenRLHF flag each stands for.

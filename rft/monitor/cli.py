@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -33,6 +33,7 @@ from rft.monitor.logs import (
 )
 from rft.monitor.stop import StopError, StopPlan, end_run, latest_checkpoint, stop_verdict
 from rft.monitor.table import markdown_summary, markdown_table, rich_step_table, rich_verdict_table
+from rft.options import from_args
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def thresholds(args: argparse.Namespace) -> Thresholds:
     """Thresholds from the parsed flags: every field a flag sets, the dataclass's default for the rest."""
-    return Thresholds(**{f.name: getattr(args, f.name) for f in fields(Thresholds) if hasattr(args, f.name)})
+    return from_args(Thresholds, args)
 
 
 def disk_free(paths: list[str]) -> str:
