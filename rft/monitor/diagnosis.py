@@ -7,6 +7,7 @@ failure.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from rft.monitor.logs import MetricsLog, Spike
 
 PASS, INFO, MISSING, WARN, FAIL, STOP = "PASS", "INFO", "MISSING", "WARN", "FAIL", "STOP"
 SEVERITY = {PASS: 0, INFO: 0, MISSING: 0, WARN: 1, FAIL: 2, STOP: 2}
+Series = list[tuple[int, float]]  # (step, value) pairs of one metric, as MetricsLog.series gives them
 
 SINK_OR_SYNC = (
     "rollouts are not coming from the trained policy: broken weight sync to vLLM (LoRA delta not applied) "
@@ -259,7 +261,7 @@ EARLY_ACTIONS = {
 EARLY = "early-checks"
 
 
-def _first(log: MetricsLog, name: str, th: Thresholds, *, finite: bool = True) -> list[tuple[int, float]]:
+def _first(log: MetricsLog, name: str, th: Thresholds, *, finite: bool = True) -> Series:
     steps = log.train_steps()[: th.early_steps]
     return [(s, v) for s, v in log.series(name, finite=finite) if steps and s <= steps[-1]]
 
@@ -269,15 +271,15 @@ def _missing(group: str, check: str, name: str) -> Verdict:
 
 
 # (failing, status, suffix to the evidence, action): one rule of an early check over its first steps' points
-Rule = tuple[Callable[[list[tuple[int, float]]], bool], str, str, str]
+Rule = tuple[Callable[[Series], bool], str, str, str]
 
 
-def _steps_evidence(log: MetricsLog, pts: list[tuple[int, float]]) -> str:
+def _steps_evidence(log: MetricsLog, pts: Series) -> str:
     return f"steps {pts[0][0]}-{pts[-1][0]}: {', '.join(fmt(v) for _, v in pts)}"
 
 
 def _early_check(log: MetricsLog, th: Thresholds, check: str, name: str, missing: str,
-                 evidence: Callable[[MetricsLog, list[tuple[int, float]]], str], rules: Sequence[Rule],
+                 evidence: Callable[[MetricsLog, Series], str], rules: Sequence[Rule],
                  *, finite: bool = True) -> Verdict:
     """`check` over the first steps of metric `name`: the first rule that holds gives the verdict, else PASS."""
     pts = _first(log, name, th, finite=finite)
@@ -290,11 +292,11 @@ def _early_check(log: MetricsLog, th: Thresholds, check: str, name: str, missing
     return Verdict(EARLY, check, PASS, ev)
 
 
-def _vals(pts: list[tuple[int, float]]) -> list[float]:
+def _vals(pts: Series) -> list[float]:
     return [v for _, v in pts]
 
 
-def _boxed_falling(pts: list[tuple[int, float]]) -> bool:
+def _boxed_falling(pts: Series) -> bool:
     slope, se = trend(pts)
     return slope < 0 and slope / se < -2 and pts[0][1] - pts[-1][1] > 0.1
 
@@ -309,7 +311,7 @@ def early_reward(log: MetricsLog, th: Thresholds) -> Verdict:
 
 def early_boxed(log: MetricsLog, th: Thresholds) -> Verdict:
     """Most responses box an answer, and that share is not falling."""
-    def evidence(_: MetricsLog, pts: list[tuple[int, float]]) -> str:
+    def evidence(_: MetricsLog, pts: Series) -> str:
         return f"mean {_mean(_vals(pts)):.0%}, {fmt(pts[0][1])} -> {fmt(pts[-1][1])}"
 
     return _early_check(log, th, "has_boxed > 50% and not falling", "has_boxed", "has_boxed", evidence, [
@@ -330,7 +332,7 @@ def early_grad_norm(log: MetricsLog, th: Thresholds) -> Verdict:
 
 def early_advantage(log: MetricsLog, th: Thresholds) -> Verdict:
     """Advantages are not all zero after the first step."""
-    def evidence(log: MetricsLog, pts: list[tuple[int, float]]) -> str:
+    def evidence(log: MetricsLog, pts: Series) -> str:
         return f"{log.key_for('advantage_std')}: {', '.join(fmt(v) for _, v in pts)}"
 
     rules: list[Rule] = [
@@ -499,7 +501,7 @@ PLAYBOOK = {
 }
 
 
-def _window(log: MetricsLog, name: str, th: Thresholds) -> list[tuple[int, float]]:
+def _window(log: MetricsLog, name: str, th: Thresholds) -> Series:
     steps = log.train_steps()[-th.window :]
     return [(s, v) for s, v in log.series(name) if steps and s >= steps[0]]
 
@@ -547,7 +549,7 @@ class Window:
     th: Thresholds
     steps: list[int]
     signal: str  # correctness when logged, else reward_mean
-    pts: list[tuple[int, float]]  # the signal over the window
+    pts: Series  # the signal over the window
     kl: list[float]  # |kl| over the window
     ent: list[float]  # entropy over the window
 
@@ -565,6 +567,21 @@ class Window:
 # A playbook rule returns a WARN/FAIL verdict when its pattern is there, None when it is not, or a string
 # naming what it could not check (the metric it needs is missing or too short).
 Finding = Verdict | str | None
+
+
+def reads(key: str, what: str) -> Callable[[Callable[[Window, Series], Finding]], Callable[[Window], Finding]]:
+    """A playbook rule over one metric's series: without the metric in the log, `what (key)` names the check that
+    could not run; otherwise the rule gets the series."""
+
+    def wrap(rule: Callable[[Window, Series], Finding]) -> Callable[[Window], Finding]:
+        @functools.wraps(rule)
+        def checked(w: Window) -> Finding:
+            pts = w.log.series(key)
+            return rule(w, pts) if pts else f"{what} ({key})"
+
+        return checked
+
+    return wrap
 
 
 def non_finite(w: Window) -> Finding:
@@ -665,11 +682,11 @@ def loss_grad_spikes(w: Window) -> Finding:
     return _playbook("loss/grad spikes", ev)
 
 
-def length_collapse(w: Window) -> Finding:
+@reads("response_length", "length collapse")
+def length_collapse(w: Window, lengths: Series) -> Finding:
     """The last 3 steps' mean response length is below 60% of its earlier 3-step peak."""
-    lengths = w.log.series("response_length")
     if len(lengths) < 6:
-        return None if lengths else "length collapse (response_length)"
+        return None
     vals = [v for _, v in lengths]
     roll = [_mean(vals[i : i + 3]) for i in range(len(vals) - 2)]
     peak, recent = max(roll[:-1]), roll[-1]
@@ -681,11 +698,9 @@ def length_collapse(w: Window) -> Finding:
     return _playbook("length collapse", ev)
 
 
-def high_truncation(w: Window) -> Finding:
+@reads("truncated", "high truncation")
+def high_truncation(w: Window, trunc: Series) -> Finding:
     """More than 70% of responses truncated over the last 5 steps."""
-    trunc = w.log.series("truncated")
-    if not trunc:
-        return "high truncation (truncated)"
     recent = _values_mean(trunc[-5:])
     if recent <= 0.7:
         return None
@@ -693,11 +708,11 @@ def high_truncation(w: Window) -> Finding:
     return _playbook("high truncation", ev)
 
 
-def entropy_collapse(w: Window) -> Finding:
+@reads("entropy", "entropy collapse")
+def entropy_collapse(w: Window, ent_all: Series) -> Finding:
     """Entropy of the last 3 steps below half of the first 3 (or below 1 nat from above it, by 20%)."""
-    ent_all = w.log.series("entropy")
     if len(ent_all) < 6:
-        return None if ent_all else "entropy collapse (entropy)"
+        return None
     first, recent = _values_mean(ent_all[:3]), _values_mean(ent_all[-3:])
     if not (recent < 0.5 * first or (recent < 1.0 <= first and recent < 0.8 * first)):
         return None
@@ -708,11 +723,9 @@ def entropy_collapse(w: Window) -> Finding:
     return _playbook("entropy collapse", ev)
 
 
-def uniform_groups(w: Window) -> Finding:
+@reads("uniform_group_share", "uniform groups")
+def uniform_groups(w: Window, pts: Series) -> Finding:
     """Over half the prompt groups uniform (zero advantage) at each of the last 5 steps."""
-    pts = w.log.series("uniform_group_share")
-    if not pts:
-        return "uniform groups (uniform_group_share)"
     recent = pts[-w.th.uniform_steps :]
     if len(recent) < w.th.uniform_steps or min(v for _, v in recent) <= w.th.uniform_share_warn:
         return None
@@ -743,11 +756,9 @@ GUIDE_ACTIONS = {
 }
 
 
-def boxed_steady_state(w: Window) -> Finding:
+@reads("has_boxed", "has_boxed steady state")
+def boxed_steady_state(w: Window, pts: Series) -> Finding:
     """has_boxed averaged over the last 5 steps, once past the early-check steps, stays above 90%."""
-    pts = w.log.series("has_boxed")
-    if not pts:
-        return "has_boxed steady state (has_boxed)"
     past = w.log.train_steps()[w.th.early_steps - 1] if len(w.log.train_steps()) >= w.th.early_steps else None
     steady = [(s, v) for s, v in pts if past is not None and s > past]
     if len(steady) < 5:
@@ -789,11 +800,9 @@ def negative_ppo_kl(w: Window) -> Finding:
     return Verdict(GUIDE, "ppo_kl not negative", WARN, ev, GUIDE_ACTIONS["ppo_kl"])
 
 
-def reward_drops_to_zero(w: Window) -> Finding:
+@reads("reward_mean", "reward drops to zero")
+def reward_drops_to_zero(w: Window, pts: Series) -> Finding:
     """The reward at 0 for `reward_zero_steps` consecutive steps after it was above 0: FAIL while it lasts."""
-    pts = w.log.series("reward_mean")
-    if not pts:
-        return "reward drops to zero (reward_mean)"
     runs, start = [], None  # (first, last) index of each run of zero-reward steps after a non-zero one
     seen_reward = False
     for i, (_, v) in enumerate(pts):
