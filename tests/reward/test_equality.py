@@ -222,14 +222,14 @@ MUST_NOT_MATCH = [
 ]
 
 
-@pytest.mark.parametrize(("pred", "gold"), MUST_MATCH)
-def test_must_match(pred: str, gold: str) -> None:
-    assert answers_equal(pred, gold)
+def verdicts(match: list[tuple[str, str]], differ: list[tuple[str, str]]) -> list[tuple[str, str, bool]]:
+    """(pred, gold, equal) rows of a must-match and a must-not-match table."""
+    return [(p, g, True) for p, g in match] + [(p, g, False) for p, g in differ]
 
 
-@pytest.mark.parametrize(("pred", "gold"), MUST_NOT_MATCH)
-def test_must_not_match(pred: str, gold: str) -> None:
-    assert not answers_equal(pred, gold)
+@pytest.mark.parametrize(("pred", "gold", "equal"), verdicts(MUST_MATCH, MUST_NOT_MATCH))
+def test_must_match_and_must_not_match(pred: str, gold: str, equal: bool) -> None:
+    assert answers_equal(pred, gold) is equal
 
 
 def test_none_never_matches() -> None:
@@ -277,6 +277,26 @@ def test_symbolic_only_when_fast_path_undecided(monkeypatch) -> None:
         ("(5)", None),
         ("(1,2", None),
         ("\\frac{1,2}{3}", None),
+        # escaped braces nest: a set inside a set or a tuple is one item
+        ("\\{\\{1,2\\},3\\}", ("\\{", ["\\{1,2\\}", "3"], "\\}")),
+        ("(\\{1,2\\},3)", ("(", ["\\{1,2\\}", "3"], ")")),
+        ("\\{1,\\{2,\\{3,4\\}\\}\\}", ("\\{", ["1", "\\{2,\\{3,4\\}\\}"], "\\}")),
+        ("1,\\{2,3\\}", ("", ["1", "\\{2,3\\}"], "")),
+        ("\\{5\\}", ("\\{", ["5"], "\\}")),  # a one-element set is a set
+        ("(\\{1,2,3)", None),  # unbalanced escaped brace
+        ("(1,2\\})", None),
+        ("\\{1,2", None),
+        ("1,2\\}", None),
+        ("X,1)", None),
+        ("(1,2X", None),
+        ("5", None),
+        # outer brackets that close early: a bare list of bracketed items
+        ("\\{1,2\\},\\{3\\}", ("", ["\\{1,2\\}", "\\{3\\}"], "")),
+        ("(1,2),(3,4)", ("", ["(1,2)", "(3,4)"], "")),
+        ("[0,1),[2,3]", ("", ["[0,1)", "[2,3]"], "")),
+        ("(1)(2)", None),
+        ("(((1,2),3),4)", ("(", ["((1,2),3)", "4"], ")")),  # groups nest to any depth
+        ("\\{1\\}\\{2\\}", None),
     ],
 )
 def test_split_sequence(text: str, parts) -> None:
@@ -387,14 +407,9 @@ SEQUENCE_MUST_NOT_MATCH = [
 ]
 
 
-@pytest.mark.parametrize(("pred", "gold"), SEQUENCE_MUST_MATCH)
-def test_sequences_with_symbolic_elements_match(pred: str, gold: str) -> None:
-    assert answers_equal(pred, gold) and answers_equal(gold, pred)
-
-
-@pytest.mark.parametrize(("pred", "gold"), SEQUENCE_MUST_NOT_MATCH)
-def test_sequences_with_symbolic_elements_must_not_match(pred: str, gold: str) -> None:
-    assert not answers_equal(pred, gold) and not answers_equal(gold, pred)
+@pytest.mark.parametrize(("pred", "gold", "equal"), verdicts(SEQUENCE_MUST_MATCH, SEQUENCE_MUST_NOT_MATCH))
+def test_sequences_with_symbolic_elements(pred: str, gold: str, equal: bool) -> None:
+    assert answers_equal(pred, gold) is equal and answers_equal(gold, pred) is equal
 
 
 @pytest.mark.parametrize(
@@ -412,36 +427,6 @@ def test_sequences_with_symbolic_elements_must_not_match(pred: str, gold: str) -
 )
 def test_compare_fast_on_sequences_never_guesses(pred: str, gold: str, verdict) -> None:
     assert compare_fast(pred, gold) is verdict and compare_fast(gold, pred) is verdict
-
-
-
-@pytest.mark.parametrize(
-    ("text", "parts"),
-    [
-        # escaped braces nest: a set inside a set or a tuple is one item
-        ("\\{\\{1,2\\},3\\}", ("\\{", ["\\{1,2\\}", "3"], "\\}")),
-        ("(\\{1,2\\},3)", ("(", ["\\{1,2\\}", "3"], ")")),
-        ("\\{1,\\{2,\\{3,4\\}\\}\\}", ("\\{", ["1", "\\{2,\\{3,4\\}\\}"], "\\}")),
-        ("1,\\{2,3\\}", ("", ["1", "\\{2,3\\}"], "")),
-        ("\\{5\\}", ("\\{", ["5"], "\\}")),  # a one-element set is a set
-        ("(\\{1,2,3)", None),  # unbalanced escaped brace
-        ("(1,2\\})", None),
-        ("\\{1,2", None),
-        ("1,2\\}", None),
-        ("X,1)", None),
-        ("(1,2X", None),
-        ("5", None),
-        # outer brackets that close early: a bare list of bracketed items
-        ("\\{1,2\\},\\{3\\}", ("", ["\\{1,2\\}", "\\{3\\}"], "")),
-        ("(1,2),(3,4)", ("", ["(1,2)", "(3,4)"], "")),
-        ("[0,1),[2,3]", ("", ["[0,1)", "[2,3]"], "")),
-        ("(1)(2)", None),
-        ("(((1,2),3),4)", ("(", ["((1,2),3)", "4"], ")")),  # groups nest to any depth
-        ("\\{1\\}\\{2\\}", None),
-    ],
-)
-def test_split_sequence_nesting(text: str, parts) -> None:
-    assert split_sequence(text) == parts
 
 
 @pytest.mark.parametrize(
