@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
 from rft.attempt import BEGIN, END, RecordError, main, replace_block, row_marker, upsert_row
+from rft.provenance import REPO_ROOT as ROOT
 from tests.monitor.metric_logs import write_scenario
-
-ROOT = Path(__file__).resolve().parents[1]
 
 LOG = """# Research log
 

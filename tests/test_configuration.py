@@ -15,7 +15,8 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from rft.provenance import REPO_ROOT as ROOT
+
 PAGE = ROOT / "docs" / "configuration.md"
 NAME = r"[A-Z][A-Z0-9_]*"
 ENVIRON = {"os.environ", "environ", "env", "environment"}  # expressions that name the environment (or a copy)

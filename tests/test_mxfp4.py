@@ -16,8 +16,7 @@ import torch
 from rft import mxfp4
 from rft.fixtures.mxfp4_fixtures import build_mxfp4_checkpoint, zero3_strategy
 from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, parse_args
-
-ROOT = Path(__file__).resolve().parents[1]
+from rft.provenance import REPO_ROOT as ROOT
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.bench_peer_suite import Case, convention_of, literal_cases, rft_verdict
-
-ROOT = Path(__file__).resolve().parents[2]
+from rft.provenance import REPO_ROOT as ROOT
 
 SUITE = '''
 import pytest

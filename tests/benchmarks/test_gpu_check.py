@@ -13,15 +13,14 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
 from benchmarks import gpu_check, gpu_check_wheels
 from benchmarks import gpu_check_phases as ph
+from rft.provenance import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 ABSENT_ON_BARE_GPU = ("deepspeed", "ray", "vllm", "openrlhf", "flash_attn", "torchdata")
 
 # Every finder answers "not found" for the absent packages, so find_spec is None and imports fail, as there.

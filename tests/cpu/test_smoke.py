@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from rft.provenance import REPO_ROOT as ROOT
 from tests.support.processes import start_group, stop_group
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def smoke(out_root: Path, inputs: Path, name: str, *flags: str, **extra: str) -> tuple[int, str]:

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,9 +13,8 @@ import torch
 from rft.cpu import standins as cpu_standins
 from rft.cpu.local_ray import free_port
 from rft.fixtures.tiny_model import build_tiny_model
+from rft.provenance import REPO_ROOT as ROOT
 from tests.support.processes import groups
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_standins_replace_the_cuda_calls_and_undo_with_monkeypatch():

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from rft.provenance import REPO_ROOT as ROOT
 from rft.train.mismatch import KEYS as MISMATCH_KEYS
 from tests.support.processes import start_group, stop_group
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "train_grpo_cpu.sh"
 # the fault tests: the same 32 steps (the LR preflight refuses fewer at this decay), no built-in eval
 SHORT = ["--eval_steps", "-1"]

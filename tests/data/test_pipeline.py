@@ -49,8 +49,8 @@ from rft.fixtures.data_fixtures import (
 from rft.io import read_jsonl, sha256_file
 from rft.problems import problem_hash
 from rft.prompts import strip_instruction
+from rft.provenance import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 SIZES = [
     "--rl-pool-size", "40", "--sft-size", "12", "--sft-dev-size", "4", "--pool-subset-size", "8",
     "--probe-size", "6", "--aime-size", "4", "--ood-math-size", "10", "--gsm8k-eval-size", "5",

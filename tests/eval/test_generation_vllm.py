@@ -18,9 +18,9 @@ import pytest
 from rft.fixtures.tiny_model import VLLM_HIDDEN, build_tiny_model, fabricate_lora_adapter
 from rft.fixtures.vllm_engine import CPU_ENV
 from rft.prompts import build_input
+from rft.provenance import REPO_ROOT as ROOT
 
 pytestmark = pytest.mark.vllm
-ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [(2, 3), (7, 6), (4, 9), (11, 5)]
 QUESTIONS = [f"What is {a}+{b}?" for a, b in PAIRS]
 MODES = ("greedy_pass@1", "sampling_pass@8", "nondet_proxy_pass@8")

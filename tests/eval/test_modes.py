@@ -39,10 +39,8 @@ from rft.prompts import (
     encode_prompt,
     render_prompt,
 )
+from rft.provenance import REPO_ROOT as ROOT
 from rft.reward.exact_match import grade
-
-ROOT = Path(__file__).resolve().parents[2]
-
 
 QUESTIONS = [
     f"What is {a}+{b}?" for a, b in [(2, 3), (7, 6), (4, 9), (11, 5), (1, 1), (8, 12), (3, 14), (20, 0)]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import json
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +13,6 @@ from rft.fixtures.tiny_model import build_tiny_model
 from rft.io import atomic_write_jsonl, read_jsonl
 from rft.problems import problem_hash
 from rft.prompts import build_input
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from rft.io import atomic_write_jsonl
+from rft.provenance import REPO_ROOT as ROOT
 from tests.launch.rows import rows
 from tests.support.git import git
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

@@ -5,11 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from rft.launch.caches import CACHE_DIRS, cache_env, cache_line
-
-ROOT = Path(__file__).resolve().parents[2]
+from rft.provenance import REPO_ROOT as ROOT
 
 
 def test_defaults_on_the_data_disk_and_the_users_values_win():

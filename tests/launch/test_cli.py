@@ -25,11 +25,9 @@ from rft.launch.openrlhf_cli import (
     resolve_overrides,
     store_true_flags,
 )
+from rft.provenance import REPO_ROOT as ROOT
 from tests.launch.rows import rows
 from tests.support.git import git
-
-ROOT = Path(__file__).resolve().parents[2]
-
 
 SCRIPTS = ["train_grpo_20b.sh", "train_grpo_120b.sh", "train_grpo_20b_a27.sh", "train_grpo_20b_a28a.sh",
            "train_grpo_20b_a28b.sh", "train_grpo_small.sh", "train_sft.sh"]

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
 from rft.launch import cpu_profile
 from rft.launch.choices import ChoiceError
-
-ROOT = Path(__file__).resolve().parents[2]
+from rft.provenance import REPO_ROOT as ROOT
 
 FAKE_SMI = """#!/usr/bin/env bash
 # stand-in for a GPU node's nvidia-smi -L (the hardware this machine lacks)

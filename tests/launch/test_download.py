@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from rft.launch.download import Plan, room_problem
+from rft.provenance import REPO_ROOT as ROOT
 from tests.support.hub_server import HubRepo, HubServer
 
-ROOT = Path(__file__).resolve().parents[2]
 REPO = "openai/gpt-oss-tiny"
 FILES = {"config.json": b'{"model_type": "gpt_oss"}', "model.safetensors": b"w" * 4096,
          "original/model.safetensors": b"o" * 4096, "metal/model.bin": b"m" * 4096}

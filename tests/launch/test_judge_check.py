@@ -11,8 +11,7 @@ from rft.fixtures.judge_server import JudgeServer
 from rft.fixtures.reward_files import write_reward_toml
 from rft.launch.judge_check import judge_rule, uses_judge
 from rft.launch.rules import Report
-
-ROOT = Path(__file__).resolve().parents[2]
+from rft.provenance import REPO_ROOT as ROOT
 
 
 def args(reward: str = "reward_func_judge.py", **kw) -> SimpleNamespace:

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from rft.launch.lock import LOCK_NAME, LaunchLocked, acquire, acquire_all, check_free
+from rft.provenance import REPO_ROOT as ROOT
 from tests.support.processes import start_group, stop_group
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # Takes the lock, then execs into `sleep` (as the launcher execs into OpenRLHF): the lock must outlive the exec.
 HOLDER = """

@@ -12,7 +12,6 @@ import sys
 import textwrap
 from dataclasses import replace
 from decimal import ROUND_FLOOR, Decimal
-from pathlib import Path
 
 import pytest
 import torch
@@ -37,8 +36,8 @@ from rft.launch.lr_schedule import (
     suggest,
 )
 from rft.launch.openrlhf_cli import known_flags, parse_args
+from rft.provenance import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 HANG_S = 30  # far above any fast test here (about 1 s on 2 busy cores)
 
 

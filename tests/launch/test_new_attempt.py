@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from rft.provenance import REPO_ROOT as ROOT
 from tests.support.git import git
 
-ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
        "GIT_COMMITTER_EMAIL": "t@x", "GIT_CONFIG_GLOBAL": os.devnull}
 

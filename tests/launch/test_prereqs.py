@@ -17,8 +17,8 @@ from rft.launch import prereqs
 from rft.launch.prereqs import MIN_PYTHON, Host, problems, read_host
 from rft.launch.rules import flash_attn_rule
 from rft.launch.train_env import STANDIN_VERSION, build_standin_wheel
+from rft.provenance import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 GOOD = Host(python_version=(3, 12, 3), python="python3", gpus=8, driver=(570, 133, 20), nvcc_release=(12, 8),
             shm_gib=64.0, nofile=(1048576, 1048576), mem_available_gib=1900.0, cache_dir=Path("/mnt/data/hf"),
             cache_free_gib=3000.0, venv_free_gib=3000.0)

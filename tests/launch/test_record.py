@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import datetime
-from pathlib import Path
 
 import pytest
 
 from rft.launch import record
 from tests.support.git import git
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_git_state_and_tag(repo, monkeypatch):

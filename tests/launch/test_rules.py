@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,8 +13,7 @@ from rft.fixtures.reward_files import write_reward_toml
 from rft.io import atomic_write_jsonl
 from rft.launch import rules
 from rft.launch.openrlhf_cli import FlagError, parse_args
-
-ROOT = Path(__file__).resolve().parents[2]
+from rft.provenance import REPO_ROOT as ROOT
 
 
 def test_attention_rule_unit(tmp_path):

@@ -16,8 +16,7 @@ import pytest
 from rft.io import pid_alive
 from rft.launch import supervise
 from rft.launch.rules import PROFILES
-
-ROOT = Path(__file__).resolve().parents[2]
+from rft.provenance import REPO_ROOT as ROOT
 
 # A supervising launcher in miniature: one forwarded child, and a clean-up on the way out (the CPU profile stops
 # its Ray there).

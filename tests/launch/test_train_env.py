@@ -11,8 +11,8 @@ from pathlib import Path
 
 from rft.launch import train_env
 from rft.launch.train_env import STACK, describe, find_env, install_steps, judge, relocate
+from rft.provenance import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PINNED = {mod: [version, True] for mod, (_, version) in STACK.items()}
 
 FAKE_SMI = """#!/usr/bin/env bash

@@ -16,10 +16,9 @@ import pytest
 from rft.monitor import logs as metrics_log
 from rft.monitor.cli import main
 from rft.monitor.logs import ALIASES, JsonlTail, MetricsLog, feed_lines, read_metrics, read_spikes
+from rft.provenance import REPO_ROOT as ROOT
 from tests.monitor.metric_logs import write_scenario
 from tests.support.processes import group
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(

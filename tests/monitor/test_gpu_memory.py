@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 from rft.monitor.gpu_memory import read_rows
-
-ROOT = Path(__file__).resolve().parents[2]
+from rft.provenance import REPO_ROOT as ROOT
 
 
 def titled(title: str) -> subprocess.Popen:

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 from rft.monitor.smoke_verdict import GPU_FILE, KL_BOUND, checks, verdict
-
-ROOT = Path(__file__).resolve().parents[2]
+from rft.provenance import REPO_ROOT as ROOT
 
 
 def row(step: int, **kw) -> dict:

@@ -21,10 +21,10 @@ from rft.monitor.stop import (
     latest_checkpoint,
     stop_verdict,
 )
+from rft.provenance import REPO_ROOT as ROOT
 from tests.monitor.metric_logs import write_scenario
 from tests.support.processes import group, start_group, stop_group
 
-ROOT = Path(__file__).resolve().parents[2]
 STOPV = Verdict("early stop", "early-stop", STOP, "eval_ood_pass1 fell twice", "stop")
 
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from rft.fixtures.patched_openrlhf import stub_env
+from rft.provenance import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 # argv: repository root, reward file, JSON list of [prompt, response, label, finish_reason]
 SCRIPT = r"""
 import asyncio, json, sys, types

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from rft.fixtures.reward_files import load_reward_module, write_reward_toml
+from rft.provenance import REPO_ROOT as ROOT
 from rft.reward.blend import EXTRA_LOG_KEYS_JUDGE, make_judge_reward_func
 from rft.reward.judge import Judge
 from rft.reward.settings import load_settings
 from tests.reward.openrlhf_path import run_through_openrlhf
 from tests.reward.prompts import HARMONY_PROMPT, QWEN_PROMPT, harmony
 
-ROOT = Path(__file__).resolve().parents[2]
 REWARD_FILE = ROOT / "reward_func_judge.py"
 RIGHT = QWEN_PROMPT + "36 - 7 = 29, so \\boxed{29}.<|im_end|>"
 WRONG = QWEN_PROMPT + "36 - 7 = 28, so \\boxed{28}.<|im_end|>"

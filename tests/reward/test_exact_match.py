@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from rft.fixtures.reward_files import load_reward_module, write_reward_toml
+from rft.provenance import REPO_ROOT as ROOT
 from rft.reward import exact_match
 from rft.reward.exact_match import (
     EXTRA_LOG_KEYS,
@@ -35,7 +36,6 @@ from rft.reward.exact_match import (
 from tests.reward.openrlhf_path import run_through_openrlhf
 from tests.reward.prompts import HARMONY_PROMPT, QWEN_PROMPT, harmony
 
-ROOT = Path(__file__).resolve().parents[2]
 REWARD_FILE = ROOT / "reward_func_em.py"
 
 

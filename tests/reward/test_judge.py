@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rft.fixtures.judge_server import USAGE, JudgeServer, outside_solution
+from rft.provenance import REPO_ROOT as ROOT
 from rft.reward.judge import (
     Judge,
     JudgeConfig,
@@ -26,7 +27,6 @@ from rft.reward.judge import (
     render_response,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 PRICES = {"m1": (2.0, 12.0), "m2": (1.0, 4.0), "m3": (0.5, 3.0)}
 PROBLEM = "What is 6 times 7?"
 RESPONSE = "<|channel|>analysis<|message|>6*7: 6*7 = 42.<|end|><|start|>assistant<|channel|>final<|message|>\\boxed{42}<|return|>"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rft.fixtures.reward_files import write_reward_toml
+from rft.provenance import REPO_ROOT as ROOT
 from rft.reward import settings as settings_mod
 from rft.reward.judge import DEFAULT_MODELS, DEFAULT_PRICES
 from rft.reward.settings import (
@@ -21,7 +22,6 @@ from rft.reward.settings import (
     load_settings,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "reward.example.toml"
 
 

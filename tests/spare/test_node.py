@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from rft.provenance import REPO_ROOT as ROOT
 from rft.spare.node import Spare, SpareError, load_config
 from rft.spare.watch import RemoteTarget, WatchError
 from tests.spare.sshd_fixture import missing_binaries, start_sshd
 from tests.support.git import git
 
-ROOT = Path(__file__).resolve().parents[2]
 # What a checkout needs for spare.py to run on both sides.
 CLI_FILES = [
     "spare.py",

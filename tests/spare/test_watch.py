@@ -15,6 +15,7 @@ import pytest
 
 from rft.fixtures.tiny_model import build_tiny_model, fabricate_lora_adapter
 from rft.prompts import build_input
+from rft.provenance import REPO_ROOT as ROOT
 from rft.spare.watch import (
     WatchError,
     best_line,
@@ -24,8 +25,6 @@ from rft.spare.watch import (
     table_markdown,
 )
 from rft.train.checkpoints import Checkpoint
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def cell(dataset: str, value: float, delta: float | None, lo: float = -0.1, hi: float = 0.1) -> dict:

@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rft.provenance import REPO_ROOT as ROOT
 from rft.train.lora_native import NativeLoraSlot
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def dead_pid() -> int:

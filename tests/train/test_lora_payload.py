@@ -8,13 +8,13 @@ import os
 import pickle
 import subprocess
 import sys
-from pathlib import Path
 
 import msgpack
 import pytest
 import torch
 
 from rft.cpu.local_ray import free_port
+from rft.provenance import REPO_ROOT as ROOT
 from rft.train.lora_payload import (
     LoraSyncError,
     build_payload,
@@ -29,8 +29,6 @@ from rft.train.lora_payload import (
     raise_if_failed_on_any_rank,
 )
 from tests.support.processes import groups
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _peft(targets, seed=0):
