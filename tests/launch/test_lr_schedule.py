@@ -439,40 +439,35 @@ def _ref_nearest(s: Schedule, knob: str, cs: int, mf: float, reach: int = 3000) 
     return (down, True) if down is not None else (up, False)
 
 
+def _at_1e6(pool: int, n: int, tbs: int, episodes: int, warmup: float, **knobs) -> Schedule:
+    """A schedule at LR 1e-6: pool, samples per prompt, train batch size, episodes, warm-up ratio, other knobs."""
+    return Schedule(pool=pool, n_samples_per_prompt=n, train_batch_size=tbs, num_episodes=episodes, lr=1e-6,
+                    warmup_ratio=warmup, **knobs)
+
+
 SUGGEST_CASES = [
     # schedule, check_step, min_fraction
     (Schedule(pool=40, num_episodes=1, warmup_ratio=0.05, rollout_batch_size=16, **SEED), 20, 0.3),
     (Schedule(pool=200, num_episodes=1, warmup_ratio=0.8, rollout_batch_size=16, **SEED), 20, 0.3),
     (Schedule(pool=200, num_episodes=1, warmup_ratio=0.8, rollout_batch_size=16, **SEED), 20, 0.5),
-    (Schedule(pool=5000, n_samples_per_prompt=8, train_batch_size=8, num_episodes=1, lr=1e-6, warmup_ratio=0.3), 10, 0.5),
-    (Schedule(pool=5000, n_samples_per_prompt=1, train_batch_size=32, num_episodes=3, lr=1e-6, warmup_ratio=0.03,
-              max_epochs=2, rollout_batch_size=64), 1, 1.0),
-    (Schedule(pool=10, n_samples_per_prompt=1, train_batch_size=4, num_episodes=3, lr=1e-6, warmup_ratio=0.3,
-              rollout_batch_size=1), 10, 0.1),
-    (Schedule(pool=5, n_samples_per_prompt=16, train_batch_size=3, num_episodes=1, lr=1e-6, warmup_ratio=0.9,
-              max_epochs=2, rollout_batch_size=4), 1, 0.3),
-    (Schedule(pool=5, n_samples_per_prompt=8, train_batch_size=2, num_episodes=20, lr=1e-6, warmup_ratio=0.005,
-              max_epochs=2, rollout_batch_size=4), 1, 0.3),
-    (Schedule(pool=10, n_samples_per_prompt=1, train_batch_size=8, num_episodes=3, lr=1e-6, warmup_ratio=0.0,
-              rollout_batch_size=1), 20, 0.1),
-    (Schedule(pool=971, n_samples_per_prompt=8, train_batch_size=8, num_episodes=3, lr=1e-6, warmup_ratio=0.01,
-              rollout_batch_size=100), 20, 0.9),
-    (Schedule(pool=1312, n_samples_per_prompt=16, train_batch_size=16, num_episodes=1, lr=1e-6, warmup_ratio=0.03,
-              rollout_batch_size=8), 1, 0.9),
-    (Schedule(pool=40, n_samples_per_prompt=16, train_batch_size=4, num_episodes=2, lr=1e-6, warmup_ratio=0.3,
-              rollout_batch_size=1), 20, 0.25),
-    (Schedule(pool=40, n_samples_per_prompt=4, train_batch_size=3, num_episodes=2, lr=1e-6, warmup_ratio=0.3,
-              rollout_batch_size=4), 1, 0.25),
-    (Schedule(pool=400, n_samples_per_prompt=16, train_batch_size=2, num_episodes=3, lr=1e-6, warmup_ratio=0.005,
-              rollout_batch_size=100), 10, 0.5),
-    (Schedule(pool=100, n_samples_per_prompt=8, train_batch_size=16, num_episodes=20, lr=1e-6, warmup_ratio=1.5,
-              rollout_batch_size=32), 0, 0.1),
+    (_at_1e6(5000, 8, 8, 1, 0.3), 10, 0.5),
+    (_at_1e6(5000, 1, 32, 3, 0.03, max_epochs=2, rollout_batch_size=64), 1, 1.0),
+    (_at_1e6(10, 1, 4, 3, 0.3, rollout_batch_size=1), 10, 0.1),
+    (_at_1e6(5, 16, 3, 1, 0.9, max_epochs=2, rollout_batch_size=4), 1, 0.3),
+    (_at_1e6(5, 8, 2, 20, 0.005, max_epochs=2, rollout_batch_size=4), 1, 0.3),
+    (_at_1e6(10, 1, 8, 3, 0.0, rollout_batch_size=1), 20, 0.1),
+    (_at_1e6(971, 8, 8, 3, 0.01, rollout_batch_size=100), 20, 0.9),
+    (_at_1e6(1312, 16, 16, 1, 0.03, rollout_batch_size=8), 1, 0.9),
+    (_at_1e6(40, 16, 4, 2, 0.3, rollout_batch_size=1), 20, 0.25),
+    (_at_1e6(40, 4, 3, 2, 0.3, rollout_batch_size=4), 1, 0.25),
+    (_at_1e6(400, 16, 2, 3, 0.005, rollout_batch_size=100), 10, 0.5),
+    (_at_1e6(100, 8, 16, 20, 1.5, rollout_batch_size=32), 0, 0.1),
     # one scheduler step, warm-up ratio 1.5 (2 steps), checked at step 0 with no minimum: ratio 1 passes
     (Schedule(pool=2, num_episodes=1, warmup_ratio=1.5, **SEED), 0, 0.0),
     # ratio 15/29 of 29 steps: OpenRLHF's ceil(29 * ratio) is 16 (29 * ratio = 15.000000000000002), 0.51 gives 15
-    (Schedule(pool=29, n_samples_per_prompt=1, train_batch_size=1, num_episodes=1, lr=1e-6, warmup_ratio=15 / 29), 14, 0.3),
+    (_at_1e6(29, 1, 1, 1, 15 / 29), 14, 0.3),
     # warm-up exactly at the longest that still passes (66 at 30%), one step short: one more prompt passes
-    (Schedule(pool=85, n_samples_per_prompt=1, train_batch_size=1, num_episodes=1, lr=1e-6, warmup_ratio=0.766), 20, 0.3),
+    (_at_1e6(85, 1, 1, 1, 0.766), 20, 0.3),
 ]
 
 
