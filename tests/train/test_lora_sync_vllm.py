@@ -24,13 +24,12 @@ from rft.fixtures.vllm_engine import (
     EngineActor,
     hf_logprobs,
     max_gap,
-    offline_llm,
+    offline_engine,
     payload_of,
     peft_model,
     prompts,
     random_adapter,
     randomize_lora,
-    shutdown,
     vllm_logprobs,
     zero_lora_b,
 )
@@ -65,8 +64,7 @@ def _sync(llm, payload):
 @pytest.mark.parametrize("arch,dtype", CASES, ids=[f"{a}-{d}" for a, d in CASES])
 def test_merge_sync_matches_peft_and_b0_restores_base(patched_openrlhf, model_dirs, arch, dtype):
     path = model_dirs[(arch, dtype)]
-    llm = offline_llm(path, dtype)
-    try:
+    with offline_engine(path, dtype) as llm:
         batch = prompts()
         model = peft_model(path, dtype)
         base = vllm_logprobs(llm, batch)
@@ -86,8 +84,6 @@ def test_merge_sync_matches_peft_and_b0_restores_base(patched_openrlhf, model_di
         zero_lora_b(model)
         _sync(llm, payload_of(model, 9))
         assert max_gap(vllm_logprobs(llm, batch), base) == 0.0
-    finally:
-        shutdown(llm)
 
 
 def _renamed(payload, i, new):
@@ -98,8 +94,7 @@ def _renamed(payload, i, new):
 
 def test_merge_sync_errors_name_the_module(patched_openrlhf, model_dirs):
     path = model_dirs[("gpt_oss", "bfloat16")]
-    llm = offline_llm(path, "bfloat16")
-    try:
+    with offline_engine(path, "bfloat16") as llm:
         batch = prompts(2)
         model, good = random_adapter(path, "bfloat16", seed=2)
         base = vllm_logprobs(llm, batch)
@@ -129,16 +124,13 @@ def test_merge_sync_errors_name_the_module(patched_openrlhf, model_dirs):
             _sync(llm, wide)
         assert good["modules"][1]["name"] in str(err.value)
         assert max_gap(vllm_logprobs(llm, batch), synced) == 0.0
-    finally:
-        shutdown(llm)
 
 
 def test_native_lora_through_the_patched_engine_actor(patched_openrlhf, model_dirs):
     """--vllm_sync_lora_native: the real LLMRayActor (AsyncLLM, multiprocess engine core) loads each payload as
     its adapter and generates with it; fp32 Qwen2 (gpt-oss + enable_lora needs Triton: GPU)."""
     path = model_dirs[("qwen2", "float32")]
-    actor = EngineActor(path, "float32", lora_rank=8)
-    try:
+    with EngineActor(path, "float32", lora_rank=8) as actor:
         batch = prompts()
         model = peft_model(path, "float32")
         base = actor.logprobs(batch)
@@ -159,15 +151,12 @@ def test_native_lora_through_the_patched_engine_actor(patched_openrlhf, model_di
         zero_lora_b(model)
         actor.run(actor.actor.load_lora_adapter(payload_of(model, 9)))
         assert max_gap(actor.logprobs(batch), base) == 0.0
-    finally:
-        actor.close()
 
 
 def test_merge_sync_through_the_patched_engine_actor_msgpack_hop(patched_openrlhf, model_dirs):
     """The merge payload crosses the real AsyncLLM -> engine-core boundary (msgpack) intact."""
     path = model_dirs[("gpt_oss", "bfloat16")]
-    actor = EngineActor(path, "bfloat16")
-    try:
+    with EngineActor(path, "bfloat16") as actor:
         batch = prompts(2)
         model, payload = random_adapter(path, "bfloat16", seed=4)
         reports = actor.run(actor.actor.apply_lora_update(payload))
@@ -176,8 +165,6 @@ def test_merge_sync_through_the_patched_engine_actor_msgpack_hop(patched_openrlh
         with pytest.raises(Exception, match="missing"):
             actor.run(actor.actor.apply_lora_update(dict(payload, modules=payload["modules"][1:],
                                                          num_modules=N_MODULES - 1)))
-    finally:
-        actor.close()
 
 
 def test_merge_sync_tensor_parallel_2(patched_openrlhf, model_dirs, monkeypatch):
@@ -185,8 +172,7 @@ def test_merge_sync_tensor_parallel_2(patched_openrlhf, model_dirs, monkeypatch)
     WorkerWrap merges its own shard of the fused qkv_proj / row-parallel o_proj (gpt-oss, bf16)."""
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # TP workers are processes anyway
     path = model_dirs[("gpt_oss", "bfloat16")]
-    llm = offline_llm(path, "bfloat16", tensor_parallel_size=2, distributed_executor_backend="mp")
-    try:
+    with offline_engine(path, "bfloat16", tensor_parallel_size=2, distributed_executor_backend="mp") as llm:
         batch = prompts()
         model = peft_model(path, "bfloat16")
         base = vllm_logprobs(llm, batch)
@@ -198,5 +184,3 @@ def test_merge_sync_tensor_parallel_2(patched_openrlhf, model_dirs, monkeypatch)
         got = vllm_logprobs(llm, batch)
         assert max_gap(got, hf_logprobs(model, batch)) < TOL["bfloat16"]
         assert max_gap(got, base) > MIN_MOVE["bfloat16"]
-    finally:
-        shutdown(llm)
