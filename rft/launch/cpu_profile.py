@@ -15,7 +15,8 @@ from pathlib import Path
 
 from rft.io import flag_value
 from rft.launch.choices import ChoiceError
-from rft.launch.supervise import gpu_count, python_module
+from rft.launch.prereqs import gpu_count
+from rft.launch.supervise import python_module
 from rft.provenance import REPO_ROOT
 
 SITE = REPO_ROOT / "rft" / "cpu" / "site"

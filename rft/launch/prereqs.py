@@ -123,10 +123,17 @@ def find_nvcc(env: dict[str, str]) -> str | None:
     return str(Path(home) / "bin" / "nvcc") if home and (Path(home) / "bin" / "nvcc").exists() else None
 
 
+def gpu_count(env: dict[str, str] | None = None) -> int:
+    """GPUs `nvidia-smi -L` lists, found on `env`'s PATH (default: this process's environment); 0 without
+    nvidia-smi, without a GPU, or when it fails."""
+    env = dict(os.environ) if env is None else env
+    smi = _run(["nvidia-smi", "-L"], env) if shutil.which("nvidia-smi", path=env.get("PATH", "")) else None
+    return sum(line.startswith("GPU ") for line in (smi or "").splitlines())
+
+
 def read_host(env: dict[str, str], python: str, venv: Path) -> Host:
     """Probe this machine: nothing is installed, downloaded or changed."""
-    smi = _run(["nvidia-smi", "-L"], env) if shutil.which("nvidia-smi", path=env.get("PATH", "")) else None
-    gpus = sum(line.startswith("GPU ") for line in (smi or "").splitlines())
+    gpus = gpu_count(env)
     driver_text = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], env) if gpus else None
     nvcc = find_nvcc(env)
     shm = Path("/dev/shm")

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from rft.launch.prereqs import gpu_count
 from rft.launch.rules import Profile
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -77,15 +78,6 @@ def run_forwarding(cmd: list[str], grace: float, env: dict[str, str] | None = No
         for s, handler in old.items():
             signal.signal(s, handler)
     return shell_status(status), state["stopped"]
-
-
-def gpu_count() -> int:
-    """GPUs `nvidia-smi -L` lists (0 without nvidia-smi or without a GPU)."""
-    try:
-        res = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(ln.startswith("GPU ") for ln in res.stdout.splitlines()) if res.returncode == 0 else 0
 
 
 def python_module(module: str, *args: str) -> list[str]:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rft.launch import prereqs
+from rft.launch import cpu_profile, prereqs, supervise
 from rft.launch.prereqs import MIN_PYTHON, Host, problems, read_host
 from rft.launch.rules import flash_attn_rule
 from rft.launch.train_env import STANDIN_VERSION, build_standin_wheel
@@ -90,6 +90,17 @@ def test_read_host_without_tools_or_gpus(tmp_path):
     assert (host.gpus, host.driver, host.nvcc_release, host.python_version) == (0, None, None, None)
     assert prereqs.cache_dir({"HOME": "/home/u"}) == Path("/mnt/data/cache/hf")  # the data disk, not ~/.cache
     assert prereqs.cache_dir({"DATA_ROOT": "/d"}) == Path("/d/cache/hf")
+
+
+def test_one_gpu_count_serves_the_host_probe_the_supervisor_and_the_cpu_profile(tmp_path, monkeypatch):
+    """`nvidia-smi -L` is counted in one place, on the PATH it is given (default: this process's)."""
+    env = fake_bin(tmp_path, nvidia_smi='echo "GPU 0: NVIDIA H100"; echo "GPU 1: NVIDIA H100"')
+    assert prereqs.gpu_count(env) == 2 and read_host(env, "python3", tmp_path).gpus == 2
+    monkeypatch.setenv("PATH", env["PATH"])
+    assert prereqs.gpu_count() == 2
+    assert supervise.gpu_count is prereqs.gpu_count and cpu_profile.gpu_count is prereqs.gpu_count
+    (tmp_path / "failing").mkdir()
+    assert prereqs.gpu_count(fake_bin(tmp_path / "failing", nvidia_smi='echo "GPU 0: NVIDIA H100"; exit 9')) == 0
 
 
 def test_the_standin_wheel_satisfies_openrlhfs_pin_and_refuses_calls(tmp_path):
