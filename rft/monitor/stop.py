@@ -38,7 +38,7 @@ def stop_verdict(verdicts: Sequence[Verdict]) -> Verdict | None:
 
 def latest_checkpoint(ckpt_path: Path) -> int | None:
     """The step of the newest complete checkpoint: DeepSpeed's `_actor/latest` (what a relaunch resumes from),
-    else the newest `global_stepN_hf` with its weights (adapters-only runs: DISABLE_DS_CKPT=1)."""
+    else the newest `global_stepN_hf` with its weights (adapters-only runs: --disable_ds_ckpt)."""
     latest = ckpt_path / "_actor" / "latest"
     if latest.is_file():
         m = STEP_RE.match(latest.read_text(encoding="utf-8").strip())

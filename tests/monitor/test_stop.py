@@ -44,7 +44,7 @@ def test_latest_checkpoint_prefers_what_a_relaunch_resumes_from(tmp_path):
     hf.mkdir()
     (hf / "adapter_config.json").write_text("{}")
     (hf / "adapter_model.bin").write_bytes(b"0")
-    assert latest_checkpoint(tmp_path) == 12  # adapters only (DISABLE_DS_CKPT=1)
+    assert latest_checkpoint(tmp_path) == 12  # adapters only (--disable_ds_ckpt)
     (tmp_path / "_actor").mkdir()
     (tmp_path / "_actor" / "latest").write_text("global_step8\n")
     assert latest_checkpoint(tmp_path) == 8
