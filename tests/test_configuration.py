@@ -15,6 +15,8 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
+from rft.launch.removed import PAGE as REMOVED_PAGE
+from rft.launch.removed import REMOVED
 from rft.provenance import REPO_ROOT as ROOT
 
 PAGE = ROOT / "docs" / "configuration.md"
@@ -222,3 +224,18 @@ def test_every_variable_read_is_on_the_page_and_every_listed_one_is_read():
     assert not unlisted, "read but not on docs/configuration.md: " + "; ".join(unlisted)
     assert not unread, "on docs/configuration.md but read nowhere: " + "; ".join(unread)
     assert not still, "in the page's Removed table but still read: " + "; ".join(still)
+
+
+def test_the_removed_table_is_the_launchers():
+    """The page's Removed rows that name a variable are, in order, the ones the launcher refuses while set
+    (rft/launch/removed.py), with the same new way; and the launcher's pointer is that section's anchor."""
+    text = PAGE.read_text()
+    heading = next(ln for ln in text.splitlines() if ln.lower().startswith("## removed"))
+    rows = []
+    for ln in text[text.index(heading):].splitlines():
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        if ln.startswith("|") and re.fullmatch(r"`" + NAME + r"(=[^`]*)?`", cells[0]):
+            rows.append((cells[0].strip("`"), cells[1].replace("`", "")))
+    assert rows == list(REMOVED)
+    anchor = re.sub(r"[^\w\- ]", "", heading[3:].lower()).replace(" ", "-")
+    assert REMOVED_PAGE == f"docs/configuration.md#{anchor}"

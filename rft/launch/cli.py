@@ -1,6 +1,7 @@
 """`python -m rft.launch --profile 20b [--dry-run] -- <OpenRLHF flags>`: check, record, then exec OpenRLHF.
 
-It resolves the command (`--no_<flag>` pairs, rft's choices from `rft.launch.choices`) and runs every rule
+A removed variable still set refuses the launch first (`rft.launch.removed`). It resolves the command
+(`--no_<flag>` pairs, rft's choices from `rft.launch.choices`) and runs every rule
 (`rft.launch.rules`); with --dry-run it prints every decision, the command and the checks and exits; otherwise
 it refuses a dirty git tree, tags `attempt-NN-start`, writes a run record (`rft.launch.record`) and execs
 OpenRLHF. A smoke run and the CPU profile are supervised instead (`rft.launch.supervise`).
@@ -23,6 +24,7 @@ from rft.launch.lock import LaunchLocked, acquire_all, check_free
 from rft.launch.memory_plan import render as memory_plan
 from rft.launch.openrlhf_cli import FlagError, apply_negations, format_command, resolve_overrides
 from rft.launch.record import build_record, chat_date, git_state, tag_attempt, write_run_record
+from rft.launch.removed import still_set
 from rft.launch.rules import PROFILES, Profile, run_checks, sft_gpus, smoke_mode
 from rft.launch.smoke import smoke_flags
 from rft.launch.supervise import supervise
@@ -97,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     judge_live = not (ns.no_judge_check or "--no-judge-check" in rest)
     rest = [t for t in rest if t not in ("--dry-run", "--no-judge-check")]
     profile = PROFILES[ns.profile]
+    if leftovers := still_set(os.environ):  # before anything else, a dry run too
+        print("\n".join(f"launch refused: {ln}" for ln in leftovers), file=sys.stderr)
+        return 2
     if ns.supervised:
         rest = resolve_overrides(rest, profile.entry)
     else:

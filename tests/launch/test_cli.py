@@ -25,6 +25,7 @@ from rft.launch.openrlhf_cli import (
     resolve_overrides,
     store_true_flags,
 )
+from rft.launch.removed import PAGE
 from rft.provenance import REPO_ROOT as ROOT
 from tests.launch.rows import rows
 from tests.support.git import git
@@ -191,6 +192,20 @@ def test_command_line_overrides_script(patched_root, data_dir, tmp_path, monkeyp
     # a --no_ of a flag that takes a value is an error naming it
     res = run_script("train_grpo_20b.sh", env, "--dry-run", "--no_eps_clip")
     assert res.returncode == 2 and "--no_eps_clip: --eps_clip is not a store_true flag" in res.stderr
+
+
+def test_a_removed_variable_still_set_refuses_the_launch(patched_root, data_dir, tmp_path):
+    """Not silently ignored: one line per variable, its new way and the page's row, before any check or command."""
+    env = {**script_env(patched_root, data_dir, tmp_path), "REWARD_FUNC": str(tmp_path / "r.py"), "OFFLOAD": "0"}
+    for name in ("train_grpo_20b.sh", "train_grpo_cpu.sh"):
+        res = run_script(name, env, "--dry-run")
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and res.stdout == "", res.stderr
+        assert lines[-2:] == [
+            f"launch refused: OFFLOAD is set but no longer read: OFFLOAD=0 is now --no_offload ({PAGE}); unset it",
+            f"launch refused: REWARD_FUNC is set but no longer read: REWARD_FUNC=path is now REWARD=path ({PAGE}); "
+            "unset it",
+        ], name
 
 
 def test_lora_sync_switch_merge_or_native(patched_root, data_dir, tmp_path, monkeypatch):

@@ -1,0 +1,24 @@
+"""rft/launch/removed.py: a removed variable still set is named with its new way and the page's row."""
+
+from __future__ import annotations
+
+from rft.launch.removed import PAGE, REMOVED, still_set
+
+
+def test_each_removed_variable_set_gets_one_line_with_its_new_way():
+    assert still_set({"MODEL": "m", "REWARD": "em"}) == []
+    lines = still_set({"REWARD_FUNC": "/x/reward.py", "OFFLOAD": "0", "RFT_JUDGE_RPM": ""})
+    assert lines == [
+        f"OFFLOAD is set but no longer read: OFFLOAD=0 is now --no_offload ({PAGE}); unset it",
+        f"REWARD_FUNC is set but no longer read: REWARD_FUNC=path is now REWARD=path ({PAGE}); unset it",
+        f"RFT_JUDGE_RPM is set but no longer read: RFT_JUDGE_RPM is now reward.toml: [judge] rpm ({PAGE}); unset it",
+    ]
+
+
+def test_every_old_switch_and_reward_knob_is_there():
+    names = {old.partition("=")[0] for old, _ in REMOVED}
+    switches = {"APPLY_CHAT_TEMPLATE", "COLOCATE_ACTOR_REF", "VLLM_IS_CORRECTION", "GRADIENT_CHECKPOINTING",
+                "SAVE_HF_CKPT", "DISABLE_DS_CKPT", "OFFLOAD", "ADAM_OFFLOAD", "REENTRANT_CHECKPOINTING",
+                "COLOCATE_ALL", "VLLM_SLEEP", "DEEPSPEED_SLEEP", "SYNC_OFF"}
+    assert switches | {"REWARD_FUNC", "RFT_REWARD_SCHEME"} <= names
+    assert sum(n.startswith("RFT_JUDGE_") for n in names) == 20 and len(names) == len(REMOVED) == 35
