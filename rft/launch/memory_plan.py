@@ -124,7 +124,6 @@ def recipe_flags(argv: list[str]) -> argparse.Namespace | None:
     p.add_argument("--eval_steps", type=int, default=-1)
     p.add_argument("--eval_n_samples_per_prompt", type=int, default=4)
     p.add_argument("--save_steps", type=int, default=-1)
-    p.add_argument("--remote_rm_url")
     for flag in (
         "--offload",
         "--adam_offload",

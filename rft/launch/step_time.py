@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from rft.io import flag_value
 from rft.launch.memory_plan import GIB, H100_GIB, SHAPES, Shape, actor_plan, on_gpu, recipe_flags, shape_for
 
 PHASES = ("generate", "reward", "logprob", "train", "sync", "eval", "save", "step")
@@ -185,8 +186,7 @@ def phases(shape: Shape, a: argparse.Namespace, f: dict[str, float], ref_from_ac
     samples = a.rollout_batch_size * a.n_samples_per_prompt
     tokens = sequence_tokens(a, f)
     generate = generate_s(shape, a, f, samples)
-    judge = "judge" in Path(a.remote_rm_url or "").name
-    reward = samples / f["judge_reward_per_s" if judge else "reward_per_s"]
+    reward = samples / f["judge_reward_per_s" if a.judge_reward else "reward_per_s"]
     gather = gather_s(shape, a, f)
     batches = forward_batches(a, samples, a.micro_rollout_batch_size)
     forward = compute_s(sum(forward_flops(shape, tokens * a.micro_rollout_batch_size)), f)
@@ -251,9 +251,17 @@ class Prediction:
     eval_prompts: float | None
 
 
+def recipe(argv: list[str]) -> argparse.Namespace | None:
+    """The memory plan's recipe flags, and whether the reward is rft's judge reward (its file name)."""
+    a = recipe_flags(argv)
+    if a is not None:
+        a.judge_reward = "judge" in Path(flag_value(argv, "--remote_rm_url") or "").name
+    return a
+
+
 def predict(argv: list[str], figures: dict[str, float]) -> Prediction | None:
     """The predicted step of the resolved OpenRLHF flags; None when the model is not a known gpt-oss."""
-    a = recipe_flags(argv)
+    a = recipe(argv)
     shape = shape_for(a.pretrain or "") if a is not None else None
     if shape is None:
         return None

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from rft.launch.memory_plan import SHAPES, recipe_flags
+from rft.launch.memory_plan import SHAPES
 from rft.launch.step_time import (
     FIGURES,
     FIGURES_ENV,
@@ -23,6 +23,7 @@ from rft.launch.step_time import (
     main,
     phases,
     predict,
+    recipe,
     recommend,
     train_flops,
 )
@@ -141,7 +142,7 @@ def test_levers_120b_keep_zero3_under_offload_and_have_no_reference():
     assert {lv.zero_stage for lv in candidates(pr)} == {3} and not any(lv.ref_from_actor for lv in candidates(pr))
     assert recommend(pr) == Levers(True, False, 3)
     # no KL term, no reference: the log-prob phase is the old log-probs alone, half of what a KL term makes it
-    with_kl = phases(pr.shape, recipe_flags([*RECIPE_120B, "--init_kl_coef", "0.001"]), DEFAULTS)
+    with_kl = phases(pr.shape, recipe([*RECIPE_120B, "--init_kl_coef", "0.001"]), DEFAULTS)
     assert with_kl["logprob"] == pytest.approx(2 * pr.phases["logprob"])
 
 
