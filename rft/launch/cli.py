@@ -27,6 +27,7 @@ from rft.launch.record import build_record, chat_date, git_state, tag_attempt, w
 from rft.launch.removed import still_set
 from rft.launch.rules import PROFILES, Profile, run_checks, sft_gpus, smoke_mode
 from rft.launch.smoke import smoke_flags
+from rft.launch.step_time import FIGURES_ENV, step_block
 from rft.launch.supervise import supervise
 from rft.provenance import REPO_ROOT, GitError
 
@@ -178,6 +179,7 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
     if fits is False:
         rep.warnings.append("memory plan: the actor does not fit its GPUs by the estimate below "
                             "(--offload --adam_offload, or more actor GPUs)")
+    steps = "" if profile.cpu else step_block(rest, env.get(FIGURES_ENV), facts, rep.warnings)
     repo = Path(ns.repo)
     try:
         state = git_state(repo, os.environ.get("ATTEMPT"))
@@ -214,6 +216,8 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
             print("# LR schedule:\n" + facts["lr_preflight"], file=sys.stderr)
         if plan:
             print(plan, file=sys.stderr)
+        if steps:
+            print(steps, file=sys.stderr)
         if rep.errors:
             print(f"dry run: {len(rep.errors)} error(s): the configuration would be refused", file=sys.stderr)
             return 1
@@ -228,6 +232,8 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
     print(rep.render(), file=sys.stderr)
     if plan:
         print(plan, file=sys.stderr)
+    if steps:
+        print(steps, file=sys.stderr)
     if rep.errors or rep.blocking:
         print(
             f"launch refused: {len(rep.errors) + len(rep.blocking)} problem(s) above; nothing was started",

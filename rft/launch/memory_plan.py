@@ -33,6 +33,8 @@ class Shape:
     vocab: int
     heads: int
     serve_gib: float  # the MXFP4 checkpoint vLLM loads (experts MXFP4, the rest bf16)
+    top_k: int = 4  # experts each token is routed to (num_experts_per_tok)
+    window: int = 128  # sliding window of every other layer (layer_types: sliding_attention, full_attention)
 
     @property
     def expert_params_per_layer(self) -> float:
@@ -53,6 +55,13 @@ class Shape:
     def attention_params(self) -> float:
         """q/k/v/o weights of every layer (what merge-mode LoRA sync keeps a pristine copy of in vLLM)."""
         return self.layers * (2 * self.hidden * self.q_dim + 2 * self.hidden * self.kv_dim)
+
+    @property
+    def active_params(self) -> float:
+        """The weights one token's forward multiplies by: attention, router and its top-k experts in every layer,
+        and the LM head (3.6B at 20b, 5.1B at 120b: the published active counts)."""
+        routed = self.top_k * self.expert_params_per_layer / self.experts
+        return self.attention_params + self.layers * (self.hidden * self.experts + routed) + self.hidden * self.vocab
 
 
 SHAPES = {
@@ -90,8 +99,9 @@ class _Lenient(argparse.ArgumentParser):
         raise ValueError(message)
 
 
-def _flags(argv: list[str]) -> argparse.Namespace | None:
-    """The flags the plan reads, with OpenRLHF's defaults (None when one of them does not parse)."""
+def recipe_flags(argv: list[str]) -> argparse.Namespace | None:
+    """The flags the memory plan and the step-time model read, with OpenRLHF's defaults (None when one of them
+    does not parse)."""
     p = _Lenient(add_help=False)
     p.add_argument("--pretrain")
     p.add_argument("--actor_num_nodes", type=int, default=1)
@@ -105,12 +115,22 @@ def _flags(argv: list[str]) -> argparse.Namespace | None:
     p.add_argument("--generate_max_len", type=int, default=1024)
     p.add_argument("--micro_train_batch_size", type=int, default=4)
     p.add_argument("--entropy_loss_coef", type=float, default=None)
+    p.add_argument("--zero_stage", type=int, default=2)
+    p.add_argument("--rollout_batch_size", type=int, default=1024)
+    p.add_argument("--n_samples_per_prompt", type=int, default=1)
+    p.add_argument("--micro_rollout_batch_size", type=int, default=8)
+    p.add_argument("--max_epochs", type=int, default=1)
+    p.add_argument("--eval_dataset")
+    p.add_argument("--eval_steps", type=int, default=-1)
+    p.add_argument("--eval_n_samples_per_prompt", type=int, default=4)
+    p.add_argument("--save_steps", type=int, default=-1)
     for flag in (
         "--offload",
         "--adam_offload",
         "--colocate_actor_ref",
         "--gradient_checkpointing",
         "--vllm_sync_lora_native",
+        "--async_train",
     ):
         p.add_argument(flag, action="store_true")
     try:
@@ -166,14 +186,19 @@ def activation_lines(shape: Shape, a: argparse.Namespace) -> list[Line]:
 
 
 def actor_plan(shape: Shape, a: argparse.Namespace) -> list[Line]:
-    """Per actor GPU: ZeRO-3 partitions of weights, LoRA, grads and Adam; gather buffers; activations."""
+    """Per actor GPU: the frozen weights (ZeRO-3 partitions, else replicated), LoRA, grads and Adam; gather
+    buffers; activations."""
     n = a.actor_num_nodes * a.actor_num_gpus_per_node
     lora = shape.lora_params(a.lora_rank) if a.lora_rank else shape.params
-    weights_where = "CPU (--offload)" if a.offload else "GPU"
+    zero3 = a.zero_stage == 3
+    weights_where = "CPU (--offload)" if a.offload and zero3 else "GPU"
+    # below ZeRO-3 every rank holds the whole frozen base (stages 1-2 shard only grads and optimizer states),
+    # and OpenRLHF's reference runs ZeRO-3 only when the actor does
+    part, shards = ("ZeRO-3 partition", n) if zero3 else (f"replicated (ZeRO-{a.zero_stage})", 1)
     lines = [
         Line(
-            f"frozen bf16 weights, ZeRO-3 partition: 2 B x {shape.params / 1e9:.2f}B / {n}",
-            2 * shape.params / n / GIB,
+            f"frozen bf16 weights, {part}: 2 B x {shape.params / 1e9:.2f}B / {shards}",
+            2 * shape.params / shards / GIB,
             "exact",
             weights_where,
         ),
@@ -181,8 +206,8 @@ def actor_plan(shape: Shape, a: argparse.Namespace) -> list[Line]:
     if a.init_kl_coef > 0 and a.colocate_actor_ref:
         lines.append(
             Line(
-                f"reference model (colocated), ZeRO-3 partition: 2 B x {shape.params / 1e9:.2f}B / {n}",
-                2 * shape.params / n / GIB,
+                f"reference model (colocated), {part}: 2 B x {shape.params / 1e9:.2f}B / {shards}",
+                2 * shape.params / shards / GIB,
                 "exact",
                 weights_where,
             )
@@ -200,16 +225,16 @@ def actor_plan(shape: Shape, a: argparse.Namespace) -> list[Line]:
             "CPU (--adam_offload)" if a.adam_offload else "GPU",
         ),
     ]
-    # one layer's experts gathered in bf16, plus the prefetched next
-    gathered = 2 * 2 * shape.expert_params_per_layer
-    lines.append(
-        Line(
-            "ZeRO-3 gather: one layer's experts in bf16 and the next one prefetched "
-            f"(2 x 2 B x {shape.expert_params_per_layer / 1e9:.2f}B)",
-            gathered / GIB,
-            "estimate",
+    if zero3:  # one layer's experts gathered in bf16, plus the prefetched next
+        gathered = 2 * 2 * shape.expert_params_per_layer
+        lines.append(
+            Line(
+                "ZeRO-3 gather: one layer's experts in bf16 and the next one prefetched "
+                f"(2 x 2 B x {shape.expert_params_per_layer / 1e9:.2f}B)",
+                gathered / GIB,
+                "estimate",
+            )
         )
-    )
     lines += activation_lines(shape, a)
     lines.append(
         Line(
@@ -255,7 +280,7 @@ def on_gpu(lines: list[Line]) -> float:
 
 def render(argv: list[str], nodes: int = 1, gpu_gib: float = H100_GIB) -> tuple[str, bool | None]:
     """(the plan as text, whether the actor fits on its GPUs; None when the model is not a known gpt-oss)."""
-    a = _flags(argv)
+    a = recipe_flags(argv)
     shape = shape_for(a.pretrain or "") if a is not None else None
     if shape is None:
         return "", None

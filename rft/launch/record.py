@@ -139,4 +139,6 @@ def build_record(profile: str, command: list[str], command_text: str, state: Git
         "chat_date": date,  # eval_posthoc.py --chat-date: the date rendered into the training prompts
         "lr_preflight": facts.get("lr_preflight"),
         "loss_aggregation": facts.get("loss_aggregation"),  # --loss_aggregation in force (rft.train.loss_aggregation)
+        # the step-time model's seconds per phase (rft.launch.step_time), beside the measured time_*_s keys
+        "predicted_step_s": facts.get("predicted_step_s"),
     }

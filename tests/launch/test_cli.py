@@ -417,6 +417,7 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     monkeypatch.setenv("RFT_LAUNCH_NO_EXEC", "1")
     monkeypatch.delenv("ATTEMPT", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RFT_DEVICE_FIGURES", raising=False)
     reward = repo / "reward_func_em.py"
     reward.write_text("def reward_func(q, p, l):\n    return 0\n")
     git(repo, "add", ".")
@@ -456,6 +457,11 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     assert len(record["gpus"]) == 8 and record["gpus"][0]["memory_gib"] == 79.6
     assert "LR preflight: OK" in record["lr_preflight"]
     assert record["loss_aggregation"] == "dr_grpo_constant"  # the estimator's default (rft.train.loss_aggregation)
+    # the step-time model's phases, the monitor's contract (rft.launch.step_time; the names of the time_*_s keys)
+    predicted = record["predicted_step_s"]
+    assert sorted(predicted) == sorted(["generate", "reward", "logprob", "train", "sync", "eval", "save", "step"])
+    assert predicted["step"] == pytest.approx(sum(v for k, v in predicted.items() if k != "step"), abs=0.5)
+    assert "predicted step time:" in out.err
     # The date gpt-oss's template writes into the training prompts, for eval_posthoc.py --chat-date.
     today = datetime.date.today().isoformat()
     assert record["chat_date"] == today and record["started_local"].startswith(today)

@@ -17,16 +17,16 @@ from rft.launch.memory_plan import (
     LOGITS_PEAK,
     OUTPUT_KEPT,
     SHAPES,
-    _flags,
     activation_lines,
     actor_plan,
+    recipe_flags,
     render,
     shape_for,
 )
 from tests.support.peak_memory import PeakBytes
 
-RECIPE_20B = ["--pretrain", "openai/gpt-oss-20b", "--lora_rank", "32", "--prompt_max_len", "1024",
-              "--generate_max_len", "4096", "--micro_train_batch_size", "1", "--actor_num_gpus_per_node", "4"]
+RECIPE_20B = ["--pretrain", "openai/gpt-oss-20b", "--zero_stage", "3", "--lora_rank", "32", "--prompt_max_len",
+              "1024", "--generate_max_len", "4096", "--micro_train_batch_size", "1", "--actor_num_gpus_per_node", "4"]
 
 
 def test_lora_and_weights_per_gpu_by_hand():
@@ -34,7 +34,7 @@ def test_lora_and_weights_per_gpu_by_hand():
     # per layer: q 64*(2880+4096) + k, v 64*(2880+512) each + o 64*(4096+2880) = 1,327,104; 36 layers
     assert s.lora_params(64) == 36 * 1_327_104 == 47_775_744
     assert SHAPES["gpt-oss-20b"].lora_params(32) == 24 * 663_552  # 15.9M, docs/launching.md
-    a = _flags(["--pretrain", "openai/gpt-oss-120b", "--lora_rank", "64"])
+    a = recipe_flags(["--pretrain", "openai/gpt-oss-120b", "--zero_stage", "3", "--lora_rank", "64"])
     assert round(actor_plan(s, a)[0].gib, 2) == 27.20  # the frozen bf16 partition on each of 8 GPUs
     assert s.expert_params_per_layer == 128 * (2880 * 5760 + 2880 * 2880)
 
@@ -43,6 +43,8 @@ def test_fit_verdicts_follow_the_layout():
     flags = [
         "--pretrain",
         "/x/gpt-oss-120b-bf16",
+        "--zero_stage",
+        "3",
         "--lora_rank",
         "64",
         "--init_kl_coef",
@@ -139,14 +141,14 @@ def test_the_compiled_entropy_keeps_no_softmax(patched_openrlhf):
 
 
 def test_activation_lines_by_hand():
-    a = _flags([*RECIPE_20B, "--entropy_loss_coef", "0"])
+    a = recipe_flags([*RECIPE_20B, "--entropy_loss_coef", "0"])
     ckpt, peak = activation_lines(SHAPES["gpt-oss-20b"], a)
     assert ckpt.gib == pytest.approx(24 * 5120 * 2880 * 2 / 2**30)
     logits = 4 * 5120 * 201088 * 4 / 2**30  # 15.3 GiB: the plan's 2 fp32 copies said 7.7
     attn = (4 * 64 * 5120 * 5121 * 2 + 5120 * 201088 * 4) / 2**30  # 12.5 + 3.8: the plan's 3 bf16 said 9.4
     assert peak.gib == pytest.approx(max(logits, attn)) and "(15.3)" in peak.item and "(16.3)" in peak.item
     assert "compiled entropy graph" in peak.item
-    _, no_entropy = activation_lines(SHAPES["gpt-oss-20b"], _flags(RECIPE_20B))
+    _, no_entropy = activation_lines(SHAPES["gpt-oss-20b"], recipe_flags(RECIPE_20B))
     assert no_entropy.gib == pytest.approx(peak.gib) and "no entropy graph" in no_entropy.item
     text, _ = render(RECIPE_20B)
     assert "routed expert loop (rft/moe.py" in text and "0.00 GiB  exact" in text
@@ -167,6 +169,23 @@ def test_the_plans_defaults_are_openrlhfs(patched_openrlhf, monkeypatch):
 
     monkeypatch.setenv("RFT_OPENRLHF_DIR", str(patched_openrlhf))
     real = vars(parse_args(["--pretrain", "m", "--prompt_data", "d", "--remote_rm_url", "r.py"]).args)
-    for flag, value in vars(_flags(["--pretrain", "m"])).items():
+    for flag, value in vars(recipe_flags(["--pretrain", "m"])).items():
         # vllm_num_engines None: none; entropy_loss_coef None: no entropy graph
         assert value == (real[flag] if real[flag] is not None or value is None else 0), flag
+
+
+def test_below_zero3_the_frozen_base_is_replicated_and_nothing_is_gathered():
+    s = SHAPES["gpt-oss-20b"]
+    three = actor_plan(s, recipe_flags(RECIPE_20B))
+    two = actor_plan(s, recipe_flags([*RECIPE_20B, "--zero_stage", "2"]))
+    assert two[0].gib == pytest.approx(2 * s.params / 2**30) == pytest.approx(4 * three[0].gib)
+    assert "replicated (ZeRO-2)" in two[0].item and "ZeRO-3 partition" in three[0].item
+    assert any("ZeRO-3 gather" in line.item for line in three)
+    assert not any("ZeRO-3 gather" in line.item for line in two)
+    # --offload moves parameters to the host only under ZeRO-3 (DeepSpeed's offload_param)
+    assert actor_plan(s, recipe_flags([*RECIPE_20B, "--zero_stage", "2", "--offload"]))[0].where == "GPU"
+
+
+def test_active_params_are_the_published_counts():
+    assert SHAPES["gpt-oss-20b"].active_params == pytest.approx(3.6e9, rel=0.01)
+    assert SHAPES["gpt-oss-120b"].active_params == pytest.approx(5.1e9, rel=0.01)

@@ -1,0 +1,401 @@
+"""Predicted seconds per phase of one GRPO step of a gpt-oss launch, beside the memory plan, and the levers'
+predicted effect.
+
+Arithmetic on the recipe (`rft.launch.memory_plan`'s shapes and flags) and on stated device figures (`FIGURES`,
+each with its source; override any of them with a TOML file, `--device-figures FILE` or $RFT_DEVICE_FIGURES).
+The phases carry the names of the measured `time_*_s` metric keys. Nothing here was measured on the node; the
+first GPU run's timings calibrate it (docs/step-time.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from rft.io import flag_value
+from rft.launch.memory_plan import GIB, H100_GIB, SHAPES, Shape, actor_plan, on_gpu, recipe_flags, shape_for
+
+PHASES = ("generate", "reward", "logprob", "train", "sync", "eval", "save", "step")
+FIGURES_ENV = "RFT_DEVICE_FIGURES"
+
+
+@dataclass(frozen=True)
+class Figure:
+    value: float
+    unit: str
+    source: str
+
+
+FIGURES: dict[str, Figure] = {
+    "peak_bf16_flops": Figure(989e12, "FLOP/s", "H100 SXM dense BF16 tensor core (1,979 with sparsity), "
+                              "https://www.nvidia.com/en-us/data-center/h100/"),
+    "actor_mfu": Figure(0.046, "share", "the 20b LoRA micro-step measured at 1024 + 4096 tokens on one H200 (same "
+                        "989 TFLOP/s), 3.20-3.50 s, docs/gpu-check.md: 1.52e14 FLOP by this model's count / 3.35 s"),
+    "hbm_bytes_s": Figure(3.35e12, "B/s", "H100 SXM HBM3, https://www.nvidia.com/en-us/data-center/h100/"),
+    "allgather_bytes_s": Figure(360e9, "B/s", "NCCL all-gather bus bandwidth over NVLink 4: 450 GB/s a direction "
+                                "(H100 datasheet) x 0.8; nccl-tests 8xH100 busbw 460-480 GB/s all-reduce, "
+                                "https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests"),
+    "zero3_gather_share": Figure(0.5, "share", "estimate, not measured: DeepSpeed ZeRO-3's layer-by-layer gathers "
+                                 "(prefetch, hooks, no full overlap at micro-batch 1) against the NCCL figure"),
+    "pcie_bytes_s": Figure(25e9, "B/s", "estimate: half of PCIe Gen5 x16's 64 GB/s a direction (H100 datasheet "
+                           "128 GB/s both ways) for --offload's host-to-GPU fetch of each rank's partition"),
+    "decode_tok_s": Figure(2765, "tok/s", "vLLM gpt-oss-20b MXFP4 on one H100 at 32 concurrent requests "
+                           "(https://github.com/vllm-project/vllm/pull/30598)"),
+    "decode_batch": Figure(32, "sequences", "the concurrency of the decode_tok_s figure"),
+    "decode_context": Figure(1024, "tokens", "estimate: the mean context of the decode_tok_s benchmark"),
+    "decode_lora_factor": Figure(0.589, "share", "vLLM serving a LoRA adapter vs merged weights on an MoE: 2,779 vs "
+                                 "4,721 tok/s (Unsloth's benchmark, vLLM 0.19, Qwen3-30B-A3B, batch 32); LORA_SYNC=native only"),
+    "truncated_share": Figure(0.7, "share", "responses that hit --generate_max_len 4096: 'often above 70%' (issue 28; "
+                              "the ops guide's --generate_max_len row: 'Increase if truncation rate >70%')"),
+    "finished_share": Figure(0.5, "share", "estimate: mean length of a finished response over the budget "
+                             "(lengths spread evenly up to it)"),
+    "prompt_tokens": Figure(256, "tokens", "estimate: a math problem under gpt-oss's chat template"),
+    "reward_per_s": Figure(2118, "samples/s", "exact-match reward through OpenRLHF's path, docs/benchmarks.md"),
+    "judge_reward_per_s": Figure(49, "samples/s", "REWARD=judge, blend, 1 s judge answers, docs/benchmarks.md"),
+    "lora_sync_s": Figure(18.0, "s", "the LoRA sync at 20b (24 layers): '~18s per sync' (the ops guide's training loop); "
+                          "scaled by layers"),
+    "save_s": Figure(20.0, "s", "estimate: DeepSpeed LoRA + Adam checkpoint (~0.2 GB at 20b, "
+                     "benchmarks/bench_ckpt_size.py) and the HF adapter"),
+    "eval_prompts": Figure(200, "prompts", "the OOD probe (probe_set_200_ood.jsonl) when --eval_dataset is not on "
+                           "this machine"),
+}
+SHAPE_20B = SHAPES["gpt-oss-20b"]  # the model of the decode_tok_s and lora_sync_s figures
+SYNC_LAYERS = SHAPE_20B.layers
+MEASURED_TOKENS = 5120  # the actor_mfu figure's micro-step (1024 + 4096)
+
+
+class FiguresError(ValueError):
+    """A device-figures file that does not parse or names an unknown figure."""
+
+
+def load_figures(path: str | Path | None) -> dict[str, float]:
+    """Every figure's value: FIGURES, with the TOML file's top-level `name = value` pairs over them."""
+    values = {name: f.value for name, f in FIGURES.items()}
+    if not path:
+        return values
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise FiguresError(f"device figures {path}: {e}") from e
+    unknown = sorted(set(raw) - set(values))
+    if unknown:
+        raise FiguresError(f"device figures {path}: unknown figure(s) {', '.join(unknown)}; known: "
+                           f"{', '.join(values)}")
+    bad = [k for k, v in raw.items() if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0]
+    if bad:
+        raise FiguresError(f"device figures {path}: {', '.join(bad)} must be positive numbers")
+    return {**values, **{k: float(v) for k, v in raw.items()}}
+
+
+# --- the arithmetic ---------------------------------------------------------------------------------------------
+
+def response_tokens(a: argparse.Namespace, f: dict[str, float]) -> float:
+    """Mean response length: the truncated share at the budget, the rest at finished_share of it."""
+    t = f["truncated_share"]
+    return a.generate_max_len * (t + (1 - t) * f["finished_share"])
+
+
+def sequence_tokens(a: argparse.Namespace, f: dict[str, float]) -> float:
+    return min(f["prompt_tokens"], a.prompt_max_len) + response_tokens(a, f)
+
+
+def forward_flops(shape: Shape, tokens: float) -> tuple[float, float]:
+    """(matmul FLOPs of the active weights, eager attention's QK^T and AV over the full T x T) of one forward."""
+    return 2 * shape.active_params * tokens, 4 * shape.layers * tokens**2 * shape.q_dim
+
+
+def train_flops(shape: Shape, tokens: float, checkpointing: bool) -> float:
+    """Forward, the checkpoint recompute, and a backward that takes only input grads of the frozen weights (1x the
+    forward's matmuls) and both sides of attention (2x)."""
+    lin, attn = forward_flops(shape, tokens)
+    redo = 1 if checkpointing else 0
+    return (2 + redo) * lin + (3 + redo) * attn
+
+
+def compute_s(flops: float, f: dict[str, float]) -> float:
+    return flops / (f["peak_bf16_flops"] * f["actor_mfu"])
+
+
+def gather_s(shape: Shape, a: argparse.Namespace, f: dict[str, float]) -> float:
+    """One ZeRO-3 gather of the whole frozen base on one rank: the other ranks' partitions over NVLink, and with
+    --offload its own partition from host memory first. Nothing below ZeRO-3 (the base is replicated)."""
+    if a.zero_stage != 3:
+        return 0.0
+    n = a.actor_num_nodes * a.actor_num_gpus_per_node
+    base = 2 * shape.params
+    s = base * (n - 1) / n / (f["allgather_bytes_s"] * f["zero3_gather_share"])
+    return s + (base / n / f["pcie_bytes_s"] if a.offload else 0.0)
+
+
+def decode_bytes(shape: Shape, batch: float, context: float, tp: int) -> float:
+    """Bytes one decode step reads on each GPU of an engine: the bf16 dense weights, the MXFP4 experts any of the
+    batch's tokens is routed to, and the batch's KV cache (every other layer only its window)."""
+    dense = 2 * (shape.params - shape.layers * shape.expert_params_per_layer)
+    experts = shape.serve_gib * GIB - dense
+    touched = 1 - (1 - shape.top_k / shape.experts) ** batch
+    kv_token_layer = 2 * shape.kv_dim * 2  # K and V in bf16
+    kv = batch * shape.layers / 2 * kv_token_layer * (context + min(context, shape.window))
+    return (dense + experts * touched + kv) / tp
+
+
+def decode_step_s(shape: Shape, batch: float, context: float, tp: int, f: dict[str, float]) -> float:
+    """One decode step: its bytes at the HBM share vLLM reaches in the decode_tok_s figure (20b, one GPU)."""
+    ref = SHAPE_20B
+    ref_step = f["decode_batch"] / f["decode_tok_s"]
+    share = decode_bytes(ref, f["decode_batch"], f["decode_context"], 1) / (f["hbm_bytes_s"] * ref_step)
+    return decode_bytes(shape, batch, context, tp) / (f["hbm_bytes_s"] * share)
+
+
+def generate_s(shape: Shape, a: argparse.Namespace, f: dict[str, float], sequences: float) -> float:
+    """The engines decode for the whole budget (the truncated tail sets the time) at the mean live batch."""
+    engines = max(a.vllm_num_engines, 1)
+    live = math.ceil(sequences / engines) * response_tokens(a, f) / a.generate_max_len
+    context = sequence_tokens(a, f) - response_tokens(a, f) + a.generate_max_len / 2
+    step = decode_step_s(shape, live, context, a.vllm_tensor_parallel_size, f)
+    if a.vllm_sync_lora_native:
+        step /= f["decode_lora_factor"]
+    return a.generate_max_len * step
+
+
+def forward_batches(a: argparse.Namespace, samples: float, micro: int) -> int:
+    """Micro-batches of `samples` on each of the actor's ranks."""
+    return math.ceil(samples / (a.actor_num_nodes * a.actor_num_gpus_per_node) / micro)
+
+
+@dataclass(frozen=True)
+class Levers:
+    """The levers the model predicts: overlap, the reference from the actor, the actor's ZeRO stage."""
+
+    async_train: bool
+    ref_from_actor: bool
+    zero_stage: int
+
+
+def has_reference(a: argparse.Namespace) -> bool:
+    return a.init_kl_coef > 0  # OpenRLHF 0.9.3 builds the reference only then
+
+
+def phases(shape: Shape, a: argparse.Namespace, f: dict[str, float], ref_from_actor: bool = False,
+           eval_prompts: float | None = None) -> dict[str, float]:
+    """Predicted seconds of each phase of one step, `step` last (the sum, or the overlapped async step)."""
+    samples = a.rollout_batch_size * a.n_samples_per_prompt
+    tokens = sequence_tokens(a, f)
+    generate = generate_s(shape, a, f, samples)
+    reward = samples / f["judge_reward_per_s" if a.judge_reward else "reward_per_s"]
+    gather = gather_s(shape, a, f)
+    batches = forward_batches(a, samples, a.micro_rollout_batch_size)
+    forward = compute_s(sum(forward_flops(shape, tokens * a.micro_rollout_batch_size)), f)
+    old = batches * (forward + gather)
+    # the reference runs after the old log-probs on the same GPUs (--colocate_actor_ref); from the actor, its
+    # adapter-off forward shares the old-log-prob pass's gather (docs/step-time.md)
+    ref = batches * (forward + (0.0 if ref_from_actor else gather)) if has_reference(a) else 0.0
+    # a reference on GPUs of its own runs beside the old log-probs (taken at the actor's rank count)
+    logprob = old + ref if a.colocate_actor_ref or ref_from_actor else max(old, ref)
+    micro = a.micro_train_batch_size
+    per_micro = compute_s(train_flops(shape, tokens * micro, a.gradient_checkpointing), f)
+    gathers = 3 if a.gradient_checkpointing else 2  # forward, the recompute, backward
+    train = a.max_epochs * forward_batches(a, samples, micro) * (per_micro + gathers * gather)
+    if a.lora_rank:
+        sync = f["lora_sync_s"] * shape.layers / SYNC_LAYERS
+    else:
+        sync = 2 * shape.params / f["allgather_bytes_s"]
+    ev = 0.0
+    if a.eval_dataset and a.eval_steps > 0:
+        prompts = eval_prompts if eval_prompts is not None else f["eval_prompts"]
+        ev = generate_s(shape, a, f, prompts * a.eval_n_samples_per_prompt) / a.eval_steps
+    save = f["save_s"] / a.save_steps if a.save_steps > 0 else 0.0
+    p = {"generate": generate, "reward": reward, "logprob": logprob, "train": train, "sync": sync, "eval": ev,
+         "save": save}
+    if a.async_train:  # 0.9.3: generation holds vLLM's lock, the sync (and an eval on vLLM) waits for it
+        p["step"] = max(generate + reward, logprob + train + save) + sync + ev
+    else:
+        p["step"] = sum(p.values())
+    return p
+
+
+def count_rows(path: str | None) -> int | None:
+    """Lines of a JSONL file on this machine, None when it is not here."""
+    try:
+        with open(path or "", encoding="utf-8") as fh:
+            return sum(1 for line in fh if line.strip())
+    except OSError:
+        return None
+
+
+def with_levers(a: argparse.Namespace, levers: Levers) -> argparse.Namespace:
+    """The recipe with the levers set; a reference from the actor takes none onto the actor's GPUs."""
+    changes = {"async_train": levers.async_train, "zero_stage": levers.zero_stage}
+    if levers.ref_from_actor:
+        changes["colocate_actor_ref"] = False  # the plan's reference line is the colocated copy
+    return argparse.Namespace(**{**vars(a), **changes})
+
+
+def actor_gib(shape: Shape, a: argparse.Namespace) -> float:
+    """The memory plan's total on each actor GPU."""
+    return on_gpu(actor_plan(shape, a))
+
+
+# --- what the dry run prints ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Prediction:
+    shape: Shape
+    recipe: argparse.Namespace
+    figures: dict[str, float]
+    phases: dict[str, float]
+    eval_prompts: float | None
+
+
+def recipe(argv: list[str]) -> argparse.Namespace | None:
+    """The memory plan's recipe flags, and whether the reward is rft's judge reward (its file name)."""
+    a = recipe_flags(argv)
+    if a is not None:
+        a.judge_reward = "judge" in Path(flag_value(argv, "--remote_rm_url") or "").name
+    return a
+
+
+def predict(argv: list[str], figures: dict[str, float]) -> Prediction | None:
+    """The predicted step of the resolved OpenRLHF flags; None when the model is not a known gpt-oss."""
+    a = recipe(argv)
+    shape = shape_for(a.pretrain or "") if a is not None else None
+    if shape is None:
+        return None
+    rows = count_rows(a.eval_dataset)
+    return Prediction(shape, a, figures, phases(shape, a, figures, eval_prompts=rows), rows)
+
+
+def lever_step(pr: Prediction, levers: Levers) -> float:
+    a = with_levers(pr.recipe, levers)
+    return phases(pr.shape, a, pr.figures, levers.ref_from_actor, pr.eval_prompts)["step"]
+
+
+def candidates(pr: Prediction) -> list[Levers]:
+    """Every combination of the levers the recipe allows: a reference lever only with a KL term, ZeRO below 3
+    only for a LoRA actor without --offload (DeepSpeed offloads parameters only under ZeRO-3)."""
+    a = pr.recipe
+    refs = (False, True) if has_reference(a) else (False,)
+    stages = (a.zero_stage, 2) if a.zero_stage == 3 and a.lora_rank and not a.offload else (a.zero_stage,)
+    return [Levers(x, r, z) for x in (a.async_train, not a.async_train) for r in refs for z in stages]
+
+
+def fits(pr: Prediction, levers: Levers, gpu_gib: float = H100_GIB) -> bool:
+    return actor_gib(pr.shape, with_levers(pr.recipe, levers)) <= gpu_gib
+
+
+def recommend(pr: Prediction) -> Levers:
+    """The fastest combination whose actor fits its GPUs by the memory plan (the recipe's own on a tie)."""
+    ok = [lv for lv in candidates(pr) if fits(pr, lv)] or [candidates(pr)[0]]
+    return min(ok, key=lambda lv: (round(lever_step(pr, lv), 6), lv != candidates(pr)[0]))
+
+
+def lever_count(levers: Levers, base: Levers) -> int:
+    """How many levers `levers` pulls against the recipe's own setting."""
+    return sum(x != y for x, y in zip(vars(levers).values(), vars(base).values(), strict=True))
+
+
+def lever_names(levers: Levers, base: Levers) -> str:
+    names = []
+    if levers.async_train != base.async_train:
+        names.append("--async_train")
+    if levers.ref_from_actor:
+        names.append("reference from the actor")
+    if levers.zero_stage != base.zero_stage:
+        names.append(f"--zero_stage {levers.zero_stage}")
+    return " + ".join(names) or "the recipe as it is"
+
+
+PHASE_NOTES = {
+    "generate": "vLLM decode to --generate_max_len (the truncated tail), mean live batch",
+    "reward": "the reward over every sample",
+    "logprob": "old log-probs and the reference forward, with their ZeRO-3 gathers",
+    "train": "forward, recompute and backward of every micro-batch, with their ZeRO-3 gathers",
+    "sync": "LoRA sync to the engines",
+    "eval": "the built-in eval, amortised over --eval_steps",
+    "save": "the checkpoint, amortised over --save_steps",
+}
+
+
+def render(pr: Prediction) -> str:
+    """The dry run's block: the step in minutes, a line per phase, then the levers."""
+    a, p = pr.recipe, pr.phases
+    kind = "--async_train: max(generate + reward, logprob + train + save) + sync + eval" if a.async_train \
+        else "the sum (synchronous trainer)"
+    out = [
+        f"# step-time model ({pr.shape.name}; rft/launch/step_time.py, docs/step-time.md; estimates from stated "
+        f"device figures, not measured; ${FIGURES_ENV} overrides them):",
+        f"predicted step time: {p['step'] / 60:.1f} min",
+    ]
+    out += [f"  {name:8} {p[name]:8.1f} s  {PHASE_NOTES[name]}" for name in PHASES[:-1]]
+    out.append(f"  {'step':8} {p['step']:8.1f} s  {kind}")
+    base = candidates(pr)[0]
+    out.append(f"levers: (predicted step; the memory plan's total on each actor GPU of {H100_GIB} GiB)")
+    out += [lever_line(pr, lv, base) for lv in candidates(pr)[1:] if lever_count(lv, base) == 1]
+    best = recommend(pr)
+    out.append(f"  recommended: {lever_names(best, base)}: {lever_step(pr, best) / 60:.1f} min"
+               + (f", {actor_gib(pr.shape, with_levers(a, best)):.1f} GiB" if best != base else ""))
+    return "\n".join(out)
+
+
+def lever_line(pr: Prediction, lv: Levers, base: Levers) -> str:
+    gib = actor_gib(pr.shape, with_levers(pr.recipe, lv))
+    verdict = "fits" if gib <= H100_GIB else "does NOT fit"
+    extra = ""
+    if lv.zero_stage != base.zero_stage and has_reference(pr.recipe):
+        both = replace(lv, ref_from_actor=True)
+        extra = f"; with the reference from the actor {actor_gib(pr.shape, with_levers(pr.recipe, both)):.1f} GiB"
+    return (f"  {lever_names(lv, base)}: {lever_step(pr, lv) / 60:.1f} min, {gib:.1f} GiB ({verdict}; "
+            f"the recipe {actor_gib(pr.shape, pr.recipe):.1f}){extra}")
+
+
+
+def step_block(argv: list[str], figures_path: str | None, facts: dict, warnings: list[str]) -> str:
+    """The launcher's step-time block of the resolved flags (empty for an unknown model); the phases go into
+    `facts["predicted_step_s"]` for the run record, a bad figures file into `warnings`."""
+    try:
+        pr = predict(argv, load_figures(figures_path))
+    except FiguresError as e:
+        warnings.append(f"step-time model: {e}")
+        return ""
+    if pr is None:
+        return ""
+    facts["predicted_step_s"] = {name: round(pr.phases[name], 1) for name in PHASES}
+    return render(pr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m rft.launch.step_time",
+                                description="Predict the seconds per phase of one GRPO step of a gpt-oss recipe.")
+    p.add_argument("--device-figures", default=os.environ.get(FIGURES_ENV),
+                   help=f"TOML file of `figure = value` lines over the stated figures (default ${FIGURES_ENV})")
+    p.add_argument("--figures", action="store_true", help="list every figure, its value and its source, and exit")
+    p.add_argument("openrlhf_args", nargs=argparse.REMAINDER, help="-- then the OpenRLHF flags of the recipe")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        f = load_figures(ns.device_figures)
+    except FiguresError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if ns.figures:
+        for name, fig in FIGURES.items():
+            print(f"{name} = {f[name]:g}  # {fig.unit}; {fig.source}")
+        return 0
+    rest = ns.openrlhf_args[1:] if ns.openrlhf_args[:1] == ["--"] else ns.openrlhf_args
+    pr = predict(rest, f)
+    if pr is None:
+        print("no prediction: --pretrain is not a known gpt-oss checkpoint", file=sys.stderr)
+        return 2
+    print(render(pr))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

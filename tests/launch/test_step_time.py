@@ -1,0 +1,182 @@
+"""rft/launch/step_time.py: the phases and their sum, the model's monotonicity, async against sync, the figures'
+overrides and calibration, and the block both gpt-oss dry runs print."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rft.launch.memory_plan import SHAPES
+from rft.launch.step_time import (
+    FIGURES,
+    FIGURES_ENV,
+    MEASURED_TOKENS,
+    PHASES,
+    FiguresError,
+    Levers,
+    candidates,
+    compute_s,
+    fits,
+    lever_step,
+    load_figures,
+    main,
+    phases,
+    predict,
+    recipe,
+    recommend,
+    train_flops,
+)
+from tests.launch.test_cli import run_script, script_env
+
+# train_grpo_20b.sh's flags the model reads (the dry-run tests below check the scripts themselves)
+RECIPE_20B = ["--pretrain", "openai/gpt-oss-20b", "--prompt_max_len", "1024", "--generate_max_len", "4096",
+              "--eval_dataset", "probe.jsonl", "--eval_steps", "5", "--eval_n_samples_per_prompt", "1",
+              "--vllm_num_engines", "2", "--vllm_tensor_parallel_size", "2", "--actor_num_gpus_per_node", "4",
+              "--colocate_actor_ref", "--zero_stage", "3", "--gradient_checkpointing", "--lora_rank", "32",
+              "--init_kl_coef", "0.001", "--n_samples_per_prompt", "8", "--rollout_batch_size", "16",
+              "--micro_rollout_batch_size", "1", "--micro_train_batch_size", "1", "--entropy_loss_coef", "0",
+              "--save_steps", "5"]
+RECIPE_120B = [*RECIPE_20B, "--pretrain", "/x/gpt-oss-120b-bf16", "--lora_rank", "64", "--init_kl_coef", "0",
+               "--rollout_batch_size", "8", "--generate_max_len", "3072", "--offload", "--adam_offload"]
+DEFAULTS = load_figures(None)
+
+
+def step(argv: list[str], figures: dict[str, float] = DEFAULTS) -> dict[str, float]:
+    pr = predict(argv, figures)
+    assert pr is not None
+    return pr.phases
+
+
+@pytest.mark.parametrize("recipe", [RECIPE_20B, RECIPE_120B, [*RECIPE_20B, "--async_train"]])
+def test_phases_are_the_metric_names_and_the_sync_step_is_their_sum(recipe):
+    p = step(recipe)
+    assert tuple(p) == PHASES == ("generate", "reward", "logprob", "train", "sync", "eval", "save", "step")
+    assert all(v >= 0 for v in p.values()) and min(p["generate"], p["logprob"], p["train"], p["sync"]) > 0
+    if "--async_train" not in recipe:
+        assert p["step"] == pytest.approx(sum(v for k, v in p.items() if k != "step"))
+    else:
+        assert p["step"] < sum(v for k, v in p.items() if k != "step")
+
+
+@pytest.mark.parametrize("recipe", [RECIPE_20B, RECIPE_120B])
+@pytest.mark.parametrize("more", [
+    ["--n_samples_per_prompt", "16"],
+    ["--rollout_batch_size", "32"],
+    ["--generate_max_len", "8192"],
+    ["--prompt_max_len", "64"],  # a shorter prompt budget: the assumed prompt is cut, so this is the less arm
+])
+def test_more_work_is_never_predicted_faster(recipe, more):
+    base = step(recipe)
+    if more == ["--prompt_max_len", "64"]:
+        base, other = step([*recipe, *more]), base
+    else:
+        other = step([*recipe, *more])
+    for name in PHASES:
+        assert other[name] >= base[name] - 1e-9, name
+
+
+@pytest.mark.parametrize("recipe", [RECIPE_20B, RECIPE_120B])
+def test_a_larger_truncated_share_or_a_higher_zero_stage_is_never_faster(recipe):
+    base = step(recipe)
+    longer = step(recipe, {**DEFAULTS, "truncated_share": 0.9})
+    assert longer["generate"] > base["generate"] and longer["step"] > base["step"]
+    stages = [step([*recipe, "--zero_stage", str(z)]) for z in (0, 1, 2, 3)]
+    for lo, hi in zip(stages, stages[1:], strict=False):
+        assert hi["step"] >= lo["step"] and hi["train"] >= lo["train"] and hi["logprob"] >= lo["logprob"]
+    assert stages[3]["train"] > stages[2]["train"]  # the gathers: forward, recompute and backward of each micro-batch
+
+
+@pytest.mark.parametrize("recipe", [RECIPE_20B, RECIPE_120B, [*RECIPE_20B, "--generate_max_len", "16384"],
+                                    [*RECIPE_20B, "--n_samples_per_prompt", "2"]])
+def test_async_is_never_slower_than_sync(recipe):
+    sync, overlapped = step(recipe), step([*recipe, "--async_train"])
+    assert overlapped["step"] <= sync["step"]
+    # the phases themselves are the same; only the step overlaps them
+    assert {k: v for k, v in overlapped.items() if k != "step"} == {k: v for k, v in sync.items() if k != "step"}
+    expect = max(sync["generate"] + sync["reward"], sync["logprob"] + sync["train"] + sync["save"])
+    assert overlapped["step"] == pytest.approx(expect + sync["sync"] + sync["eval"])
+
+
+def test_the_mfu_figure_reproduces_the_measured_micro_step():
+    """docs/gpu-check.md: the 20b LoRA micro-step at 1024 + 4096 tokens, 3.20 and 3.50 s on one H200."""
+    s = compute_s(train_flops(SHAPES["gpt-oss-20b"], MEASURED_TOKENS, checkpointing=True), DEFAULTS)
+    assert 3.20 <= s <= 3.50
+
+
+def test_a_figures_file_overrides_and_an_unknown_name_is_refused(tmp_path):
+    f = tmp_path / "h200.toml"
+    f.write_text("hbm_bytes_s = 4.8e12\nzero3_gather_share = 0.05\nlora_sync_s = 3\n")
+    figures = load_figures(f)
+    assert figures["hbm_bytes_s"] == 4.8e12 and figures["peak_bf16_flops"] == FIGURES["peak_bf16_flops"].value
+    base, over = step(RECIPE_20B), step(RECIPE_20B, figures)
+    assert over["sync"] == pytest.approx(3.0) and base["sync"] == pytest.approx(18.0)
+    assert over["train"] > base["train"] and over["logprob"] > base["logprob"]  # the slower gathers
+    # the decode share is calibrated on the decode_tok_s figure, so HBM alone moves nothing; the figure does
+    assert over["generate"] == pytest.approx(base["generate"])
+    assert step(RECIPE_20B, {**DEFAULTS, "decode_tok_s": 2765 / 2})["generate"] == pytest.approx(2 * base["generate"])
+    bad = tmp_path / "bad.toml"
+    bad.write_text("hbm_bandwidth = 1\n")
+    with pytest.raises(FiguresError, match="unknown figure.*hbm_bandwidth"):
+        load_figures(bad)
+    bad.write_text("hbm_bytes_s = -1\n")
+    with pytest.raises(FiguresError, match="positive"):
+        load_figures(bad)
+    assert main(["--device-figures", str(bad), "--", *RECIPE_20B]) == 2
+
+
+def test_levers_20b_need_the_reference_from_the_actor_for_zero2_to_fit():
+    pr = predict(RECIPE_20B, DEFAULTS)
+    base = Levers(False, False, 3)
+    assert candidates(pr)[0] == base and len(candidates(pr)) == 8
+    zero2, both = Levers(False, False, 2), Levers(False, True, 2)
+    assert not fits(pr, zero2) and fits(pr, both) and fits(pr, base)
+    for lever in (Levers(True, False, 3), Levers(False, True, 3), zero2):
+        assert lever_step(pr, lever) < lever_step(pr, base)
+    best = recommend(pr)
+    assert fits(pr, best) and all(lever_step(pr, best) <= lever_step(pr, lv) for lv in candidates(pr) if fits(pr, lv))
+
+
+def test_levers_120b_keep_zero3_under_offload_and_have_no_reference():
+    pr = predict(RECIPE_120B, DEFAULTS)
+    assert {lv.zero_stage for lv in candidates(pr)} == {3} and not any(lv.ref_from_actor for lv in candidates(pr))
+    assert recommend(pr) == Levers(True, False, 3)
+    # no KL term, no reference: the log-prob phase is the old log-probs alone, half of what a KL term makes it
+    with_kl = phases(pr.shape, recipe([*RECIPE_120B, "--init_kl_coef", "0.001"]), DEFAULTS)
+    assert with_kl["logprob"] == pytest.approx(2 * pr.phases["logprob"])
+
+
+BLOCK = re.compile(r"^predicted step time: (\d+\.\d) min\n((?:  \w+ +\d+\.\d s  .*\n){8})levers:", re.M)
+
+
+def dry_run_block(stderr: str) -> tuple[float, dict[str, float], str]:
+    m = BLOCK.search(stderr)
+    assert m, stderr
+    rows = dict(re.match(r"  (\w+) +(\d+\.\d) s", ln).groups() for ln in m.group(2).splitlines())
+    return float(m.group(1)), {k: float(v) for k, v in rows.items()}, stderr[m.end():]
+
+
+@pytest.mark.parametrize("name", ["train_grpo_20b.sh", "train_grpo_120b.sh"])
+def test_both_dry_runs_print_the_step_by_phase_and_the_levers(name, patched_root, data_dir, tmp_path):
+    env = script_env(patched_root, data_dir, tmp_path)
+    env.pop(FIGURES_ENV, None)
+    res = run_script(name, env, "--dry-run")
+    assert res.returncode == 0, res.stderr
+    minutes, rows, rest = dry_run_block(res.stderr)
+    assert tuple(rows) == PHASES
+    assert rows["step"] == pytest.approx(sum(v for k, v in rows.items() if k != "step"), abs=0.5)
+    assert minutes == pytest.approx(rows["step"] / 60, abs=0.06)
+    assert "--async_train:" in rest and "recommended:" in rest
+    # a figures file through the environment moves the printed phase
+    figures = tmp_path / "figures.toml"
+    figures.write_text("lora_sync_s = 1.5\n")
+    _, over, _ = dry_run_block(run_script(name, {**env, FIGURES_ENV: str(figures)}, "--dry-run").stderr)
+    assert over["sync"] < rows["sync"] and over["generate"] == rows["generate"]
+
+
+def test_the_judge_reward_and_a_reference_on_its_own_gpus():
+    em, judge = step([*RECIPE_20B, "--remote_rm_url", "/r/reward_func_em.py"]), step(
+        [*RECIPE_20B, "--remote_rm_url", "/r/reward_func_judge.py"])
+    assert judge["reward"] == pytest.approx(em["reward"] * 2118 / 49)
+    apart = step([t for t in RECIPE_20B if t != "--colocate_actor_ref"])
+    assert apart["logprob"] == pytest.approx(step(RECIPE_20B)["logprob"] / 2)  # beside the old log-probs, not after
