@@ -10,6 +10,7 @@ import torch
 
 from rft.train.numbers import finite, scalar
 from rft.train.prompt_filter import PromptFilter
+from rft.train.step_timer import RolloutLog
 from rft.train.robust_rewards import (
     batch_reward_stats,
     repair_rollout_log_probs,
@@ -49,6 +50,7 @@ def generator(em, **args):
     gen.args = SimpleNamespace(**{**base, **args})
     gen.prompts_dataloader = []
     gen.prompt_filter = PromptFilter.from_args(gen.args)  # as SamplesGenerator.__init__ builds it
+    gen.rollout_log = RolloutLog()
     return gen
 
 
