@@ -10,7 +10,6 @@ import torch
 
 from rft.train.numbers import finite, scalar
 from rft.train.prompt_filter import PromptFilter
-from rft.train.step_timer import RolloutLog
 from rft.train.robust_rewards import (
     batch_reward_stats,
     repair_rollout_log_probs,
@@ -18,6 +17,7 @@ from rft.train.robust_rewards import (
     sanitize_reward,
     unify_info_keys,
 )
+from rft.train.step_timer import RolloutLog
 
 
 @pytest.fixture
