@@ -64,6 +64,7 @@ def plot_step_phases(ax, log: MetricsLog) -> bool:
             ax.bar(steps, heights, bottom=bottom, width=0.9, label=phase)
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     ax.set_ylabel("seconds", fontsize=8)
+    ax.set_ylim(0, 1.45 * max(bottom))  # headroom for the legend
     share = ax.twinx()
     idle = [idle_shares(r) for r in rows]
     share.plot(steps, [i["vllm"] for i in idle], color="black", lw=1.2, ls="--", label="vLLM devices idle")

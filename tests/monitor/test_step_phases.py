@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 from pathlib import Path
 
 import pytest
@@ -25,22 +24,10 @@ from rft.monitor.step_phases import (
     rich_time_table,
     timed_steps,
 )
-from rft.train.step_timer import PHASES, STEP_KEY, phase_key
+from rft.train.step_timer import PHASES, STEP_KEY
+from tests.monitor.metric_logs import step_times
 
 STEPS = 12
-
-
-def timed_row(step: int, rng: random.Random) -> dict:
-    """A synchronous step: generation dominates, a checkpoint save every 4 steps lands in the next line."""
-    phases = {"generate": 300 + rng.uniform(-20, 20), "reward": rng.uniform(0, 5), "logprob": 80.0,
-              "train": 200 + rng.uniform(-10, 10), "sync": 18.0, "eval": 0.0,
-              "save": 40.0 if step % 4 == 1 and step > 1 else 0.0}
-    row = {"global_step": step, "timestamp": 1_700_000_000 + 660 * step, "reward": 0.5}
-    row.update({phase_key(p): s for p, s in phases.items()})
-    row[STEP_KEY] = sum(phases.values()) + 3.0  # 3 s in no phase
-    row.update(tokens_generated_per_s=1500.0, tokens_trained_per_s=4000.0, response_len_p50=1800.0,
-               response_len_p90=4096.0, response_len_max=4096.0)
-    return row
 
 
 def write_log(folder: Path, rows: list[dict]) -> Path:
@@ -51,8 +38,7 @@ def write_log(folder: Path, rows: list[dict]) -> Path:
 
 @pytest.fixture
 def run_dir(tmp_path) -> Path:
-    rng = random.Random(28)
-    rows = [timed_row(s, rng) for s in range(1, STEPS + 1)]
+    rows = [{"global_step": s, "reward": 0.5, **step_times(s)} for s in range(1, STEPS + 1)]
     rows.insert(4, {"global_step": 4, "event": "eval", "eval_ood_pass1": 0.3})  # an eval line: no time keys
     return write_log(tmp_path / "metrics", rows)
 
