@@ -225,6 +225,7 @@ def test_a_killed_run_resumes_at_its_last_checkpoint(faulty_resumed):
         assert 0 < r["response_len_p50"] <= r["response_len_p90"] <= r["response_len_max"], r
         assert min(r[phase_key(p)] for p in ("generate", "logprob", "train", "sync")) > 0, r
     assert any(r["time_save_s"] > 0 for r in rows)  # a checkpoint's save lands in the next step's line
+    assert "| step | generate | reward | logprob |" in faulty_resumed["log"]  # the run ends with the time table
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
