@@ -31,6 +31,7 @@ from rft.monitor.logs import (
     read_spikes,
     spike_log_path,
 )
+from rft.monitor.step_phases import comparison, markdown_time_table, predicted_from_record, rich_time_table
 from rft.monitor.stop import StopError, StopPlan, end_run, latest_checkpoint, stop_verdict
 from rft.monitor.table import markdown_summary, markdown_table, rich_step_table, rich_verdict_table
 from rft.options import from_args
@@ -235,6 +236,17 @@ def disk_paths(args: argparse.Namespace) -> list[str]:
     return [p for p in (os.environ.get("SAVE_PATH"), args.ckpt_path, metrics_dir) if p]
 
 
+def record_dir(args: argparse.Namespace) -> Path:
+    """Where the run's run_record_*.json is: --record-dir, else the metrics directory."""
+    return Path(args.record_dir) if args.record_dir else metrics_path(args.metrics).parent
+
+
+def predicted_vs_measured(log: MetricsLog, args: argparse.Namespace) -> str | None:
+    """The run record's `predicted_step_s` next to the measured phases (markdown), None without either."""
+    folder = record_dir(args)
+    return comparison(log, predicted_from_record(newest_record(folder) if folder.is_dir() else None))
+
+
 def render(
     log: MetricsLog,
     verdicts: list[Verdict],
@@ -244,7 +256,12 @@ def render(
     alerts: list[str] = (),
 ) -> Group:
     """Step table, verdicts and (live only) GPU alerts, GPU and disk lines as one renderable."""
-    parts = [rich_step_table(log, args.last or 12), rich_verdict_table(verdicts)]
+    parts = [rich_step_table(log, args.last or 12)]
+    times = rich_time_table(log)
+    parts += [times] if times is not None else []
+    predicted = predicted_vs_measured(log, args)
+    parts += [Text(predicted)] if predicted else []
+    parts.append(rich_verdict_table(verdicts))
     if log.notes:
         parts.append(Text(f"log notes ({len(log.notes)}): " + " | ".join(log.notes[-3:]), style="dim"))
     if live:
@@ -270,11 +287,10 @@ def act_on_stop(
             f"STOP seen at step {plan.seen_at}: the run ends once a checkpoint at step >= {plan.seen_at} is in "
             f"{args.ckpt_path} (newest now: {ckpt})"
         )
-    record_dir = Path(args.record_dir) if args.record_dir else metrics_path(args.metrics).parent
-    record = newest_record(record_dir)
+    record = newest_record(record_dir(args))
     if record is None:
         raise StopError(
-            f"no run_record_*.json in {record_dir}: --end-on-stop needs the run record's driver_pid"
+            f"no run_record_*.json in {record_dir(args)}: --end-on-stop needs the run record's driver_pid"
         )
     entry = end_run(record, plan, ckpt)  # type: ignore[arg-type]
     raise RunEnded(
@@ -359,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_table(log, args.last))
         print()
         print(markdown_summary(log, verdicts))
+        print()
+        print(markdown_time_table(log, args.last))
+        predicted = predicted_vs_measured(log, args)
+        if predicted:
+            print()
+            print(predicted)
     elif args.check:
         for v in verdicts:
             line = f"{v.status:7} {v.group}: {v.check}: {v.evidence}"

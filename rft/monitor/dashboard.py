@@ -1,4 +1,5 @@
-"""One-PNG dashboard of a run: main curves, held-out eval points and spikes marked (matplotlib, Agg)."""
+"""One-PNG dashboard of a run: main curves, held-out eval points and spikes marked, and where each step's time
+goes (matplotlib, Agg)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from rft.io import atomic_write_bytes  # noqa: E402
 from rft.monitor.diagnosis import Thresholds, probe_key, spike_steps  # noqa: E402
 from rft.monitor.logs import MetricsLog, Spike  # noqa: E402
+from rft.monitor.step_phases import OTHER, idle_shares, phase_seconds, timed_steps  # noqa: E402
+from rft.train.step_timer import PHASES  # noqa: E402
 
 # (panel title, [(display name, label)], y scale)
 PANELS: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
@@ -42,16 +45,50 @@ PANELS: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
 )
 
 
+STEP_PANEL = "where the step goes"
+
+
+def plot_step_phases(ax, log: MetricsLog) -> bool:
+    """Stacked seconds per phase of every timed step and, on a second axis, the share of the step the vLLM
+    devices (step - generate) and the trainer devices (generate + reward) wait; False without time keys."""
+    steps = timed_steps(log)
+    ax.set_title(STEP_PANEL, fontsize=10)
+    if not steps:
+        ax.text(0.01, 0.02, "missing: time_*_s", transform=ax.transAxes, fontsize=7, color="gray")
+        return False
+    rows = [phase_seconds(log, s) for s in steps]
+    bottom = [0.0] * len(steps)
+    for phase in (*PHASES, OTHER):
+        heights = [r[phase] for r in rows]
+        if any(heights):
+            ax.bar(steps, heights, bottom=bottom, width=0.9, label=phase)
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax.set_ylabel("seconds", fontsize=8)
+    ax.set_ylim(0, 1.45 * max(bottom))  # headroom for the legend
+    share = ax.twinx()
+    idle = [idle_shares(r) for r in rows]
+    share.plot(steps, [i["vllm"] for i in idle], color="black", lw=1.2, ls="--", label="vLLM devices idle")
+    share.plot(steps, [i["trainer"] for i in idle], color="gray", lw=1.2, ls=":", label="trainer devices idle")
+    share.set_ylim(0, 1.05)
+    share.set_ylabel("share of the step idle", fontsize=8)
+    handles, labels = ax.get_legend_handles_labels()
+    more, more_labels = share.get_legend_handles_labels()
+    ax.legend(handles + more, labels + more_labels, fontsize=6, loc="upper left", ncol=2)
+    return True
+
+
 def plot_dashboard(
     log: MetricsLog, spikes: Sequence[Spike], out_path: str | os.PathLike, th: Thresholds | None = None
 ) -> None:
     """Render the dashboard to `out_path` (PNG, written atomically)."""
     th = th or Thresholds()
-    ncols = -(-len(PANELS) // 2)
+    ncols = -(-(len(PANELS) + 1) // 2)
     fig, axes = plt.subplots(2, ncols, figsize=(5 * ncols, 7.5), sharex=True, squeeze=False)
     marks = spike_steps(log, spikes, th)
     key = probe_key(log, th)
-    for ax in axes.flat[len(PANELS) :]:
+    plot_step_phases(axes.flat[len(PANELS)], log)
+    axes.flat[len(PANELS)].grid(alpha=0.3)
+    for ax in axes.flat[len(PANELS) + 1 :]:
         ax.set_visible(False)
     for ax, (title, metrics, scale) in zip(axes.flat, PANELS, strict=False):
         drawn, missing = 0, []

@@ -22,6 +22,7 @@ import pytest
 
 from rft.provenance import REPO_ROOT as ROOT
 from rft.train.mismatch import KEYS as MISMATCH_KEYS
+from rft.train.step_timer import PHASES, STEP_KEY, TIME_KEYS, phase_key
 from tests.support.processes import start_group, stop_group
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -216,6 +217,15 @@ def test_a_killed_run_resumes_at_its_last_checkpoint(faulty_resumed):
     resumed = [r for r in rows if r["timestamp"] > before[-1]["timestamp"]]
     assert resumed[0]["global_step"] == 9  # from the checkpoint of step 8
     assert (faulty_resumed["ckpt"] / "latest").read_text().strip() == "global_step32"
+    # where each step's time goes, before the kill and after the resume alike (step_timing.patch)
+    for r in rows:
+        assert all(r.get(k) is not None and r[k] >= 0 for k in TIME_KEYS), r
+        assert sum(r[phase_key(p)] for p in PHASES) <= r[STEP_KEY] + 1e-6, r
+        assert r["tokens_generated_per_s"] > 0 and r["tokens_trained_per_s"] > 0, r
+        assert 0 < r["response_len_p50"] <= r["response_len_p90"] <= r["response_len_max"], r
+        assert min(r[phase_key(p)] for p in ("generate", "logprob", "train", "sync")) > 0, r
+    assert any(r["time_save_s"] > 0 for r in rows)  # a checkpoint's save lands in the next step's line
+    assert "| step | generate | reward | logprob |" in faulty_resumed["log"]  # the run ends with the time table
 
 
 def _children(pid: int) -> list[tuple[int, str]]:

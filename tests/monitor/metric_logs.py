@@ -21,6 +21,20 @@ def _clip(x: float, lo: float = 0.0, hi: float = 1.0) -> float:
     return min(max(x, lo), hi)
 
 
+def step_times(step: int) -> dict:
+    """A synchronous step's time_* keys (own seeded draw, the scenarios' values stay as they were): generation
+    dominates, a checkpoint saved every 4 steps lands in the next line, 3 s in no phase."""
+    rng = random.Random(28_000 + step)
+    phases = {"generate": 300 + rng.uniform(-20, 20), "reward": rng.uniform(0, 5), "logprob": 80.0,
+              "train": 200 + rng.uniform(-10, 10), "sync": 18.0, "eval": 0.0,
+              "save": 40.0 if step % 4 == 1 and step > 1 else 0.0}
+    row = {f"time_{p}_s": s for p, s in phases.items()}
+    row["time_step_s"] = sum(phases.values()) + 3.0
+    row.update(tokens_generated_per_s=1500.0, tokens_trained_per_s=4000.0, response_len_p50=1800.0,
+               response_len_p90=4096.0, response_len_max=4096.0)
+    return row
+
+
 def base_row(step: int, rng: random.Random, *, learn: float = 0.004, kl_scale: float = 1e-3) -> dict:
     """A healthy step: correctness rising `learn`/step, KL to reference growing, everything else steady."""
     correct = _clip(0.35 + learn * step + rng.gauss(0, 0.02))
@@ -62,6 +76,7 @@ def base_row(step: int, rng: random.Random, *, learn: float = 0.004, kl_scale: f
         "nonzero_adv_share": 0.6,
         "groups_all_correct": 0.1,
         "groups_all_wrong": 0.2,
+        **step_times(step),
     }
 
 

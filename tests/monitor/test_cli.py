@@ -101,8 +101,12 @@ def test_table_is_markdown_with_every_step_and_a_summary(tmp_path, capsys):
     d = write_scenario("hacking", tmp_path / "h")
     assert main([str(d), "--table"]) == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
-    assert len(rows) == 40
+    steps, times = out.split("| step | generate |")  # the step table and summary, then the time table
+
+    def step_rows(text):
+        return [line for line in text.splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+
+    assert len(step_rows(steps)) == 40 and len(step_rows(times)) == 40
     assert out.splitlines()[0].startswith("| step | reward | correct | boxed | grad_norm |")
     assert "| correct |" in out and "↑" in out and "| WARN | reward hacking |" in out
     assert "ood_pass1" in out

@@ -10,6 +10,7 @@ import torch
 
 from rft.io import read_jsonl
 from rft.train import metrics
+from rft.train.step_timer import PHASES, ROLLOUT_KEY, StepTimer, phase_key
 from tests.train.trainer_standins import Tok, loop_trainer, rollout
 
 
@@ -132,6 +133,25 @@ def test_eval_generates_and_labels_eval_n(patched_openrlhf, log_dirs, monkeypatc
     assert rows[-1]["eval_aime_pass1"] == pytest.approx(1 / 3)
 
 
+def ticking(tr):
+    """Give the trainer (and its experience maker) a step timer on a clock that advances 1 s a reading."""
+    ticks = iter(range(10**6))
+    tr.step_timer = tr.experience_maker.step_timer = StepTimer(clock=lambda: float(next(ticks)))
+
+
+def check_step_times(rows, phases, generated_per_s):
+    """Every step line holds every time_* key: the phases the loop opened > 0, the rest 0, their sum within the
+    step; tokens/s from the batch (3 response tokens x 4 samples generated, 5 tokens x 4 trained)."""
+    for r in rows:
+        for p in PHASES:
+            assert (r[phase_key(p)] > 0) == (p in phases), (p, r)
+        assert sum(r[phase_key(p)] for p in PHASES) <= r["time_step_s"]
+        assert r["tokens_trained_per_s"] == pytest.approx(20 / r["time_train_s"])
+        assert r["tokens_generated_per_s"] == pytest.approx(generated_per_s)
+        assert r["response_len_p50"] == r["response_len_max"] == 3
+    assert set(rows[0]) <= set(metrics.KNOWN_KEYS)
+
+
 def check_loop_logs(log_dirs, group, steps=3):
     rows = read_jsonl(log_dirs / "m" / metrics.METRICS_FILE)
     assert [r["global_step"] for r in rows] == list(range(1, steps + 1))
@@ -156,11 +176,16 @@ def test_sync_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypatc
     batches = iter([(rollout(s), None, 2, False) for s in range(3)] + [([], None, 0, True)])
     from rft.train.prompt_filter import PromptFilter
 
-    tr.samples_generator = SimpleNamespace(generate_samples=lambda **kw: next(batches), prompt_filter=PromptFilter())
+    # the rollout: 12 tokens in 4 s of which 0.5 s only the reward ran (the timer moves it to time_reward_s)
+    tr.samples_generator = SimpleNamespace(generate_samples=lambda **kw: next(batches), prompt_filter=PromptFilter(),
+                                           last_rollout={"tokens": 12, "wall_s": 4.0, "reward_only_s": 0.5})
     tr.prompts_dataloader = type("Loader", (), {"__len__": lambda self: 6, "state_dict": lambda self: {}})()
     tr.eval_dataloader, tr.generate_kwargs = None, {"prompt_max_len": 8, "max_new_tokens": 8}
+    ticking(tr)
     tr.fit()
     check_loop_logs(log_dirs, group)
+    check_step_times(read_jsonl(log_dirs / "m" / metrics.METRICS_FILE), {"generate", "reward", "logprob", "train",
+                                                                        "sync"}, 3.0)
 
 
 def test_async_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypatch):
@@ -172,10 +197,18 @@ def test_async_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypat
     monkeypatch.setattr("ray.get", lambda refs: refs)
     tr, group = loop_trainer(TrainingActor, log_dirs)
     tr.rollout_queue, tr.rollout_slots = queue.Queue(), queue.Queue()
-    for s in range(3):
-        tr.rollout_queue.put((rollout(s), {"episode": 0}, None))
+    for s in range(3):  # the generator's rollout timing rides in client_states, never into the checkpoint
+        timing = {"tokens": 12, "wall_s": 6.0, "reward_only_s": 1.0}
+        tr.rollout_queue.put((rollout(s), {"episode": 0, ROLLOUT_KEY: timing}, None))
     tr.rollout_queue.put("done")
     tr.vllm_lock = SimpleNamespace(acquire=SimpleNamespace(remote=lambda: None),
                                    release=SimpleNamespace(remote=lambda: None))
+    saved = []
+    tr.save_logs_and_checkpoints = lambda step, status, states, save=tr.save_logs_and_checkpoints: (
+        saved.append(dict(states)) or save(step, status, states))
+    ticking(tr)
     tr.fit(global_step=0)
     check_loop_logs(log_dirs, group)
+    # async: the queue wait and the vLLM lock are the trainer's generate time; in-rollout reward overlaps training
+    check_step_times(read_jsonl(log_dirs / "m" / metrics.METRICS_FILE), {"generate", "logprob", "train", "sync"}, 2.0)
+    assert all(ROLLOUT_KEY not in s for s in saved)

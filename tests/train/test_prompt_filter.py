@@ -165,7 +165,7 @@ def test_the_patched_fit_loop_runs_the_step_budget_over_several_passes(patched_o
         # each pass over the 6-prompt pool yields one batch, then the loader is exhausted
         batches = iter([item for s in range(5) for item in ((rollout(s), None, 4, False), ([], None, 2, True))])
         tr.samples_generator = SimpleNamespace(generate_samples=lambda b=batches, **kw: next(b),
-                                               prompt_filter=pf)
+                                               prompt_filter=pf, last_rollout={})
         tr.prompts_dataloader = type("Loader", (), {"__len__": lambda self: 6, "state_dict": lambda self: {}})()
         tr.eval_dataloader, tr.generate_kwargs = None, {"prompt_max_len": 8, "max_new_tokens": 8}
         saved = []

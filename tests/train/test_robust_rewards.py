@@ -17,6 +17,7 @@ from rft.train.robust_rewards import (
     sanitize_reward,
     unify_info_keys,
 )
+from rft.train.step_timer import RolloutLog
 
 
 @pytest.fixture
@@ -49,6 +50,7 @@ def generator(em, **args):
     gen.args = SimpleNamespace(**{**base, **args})
     gen.prompts_dataloader = []
     gen.prompt_filter = PromptFilter.from_args(gen.args)  # as SamplesGenerator.__init__ builds it
+    gen.rollout_log = RolloutLog()
     return gen
 
 

@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import torch
 
+from rft.train.step_timer import RolloutLog
+
 
 class Tok:
     pad_token_id = 0
@@ -43,6 +45,7 @@ def rollout(step: int):
 
     gen = object.__new__(em.SamplesGenerator)
     gen.args = SimpleNamespace(remote_rm_url=["rft/reward/exact_match.py"], agent_func_path=None)
+    gen.rollout_log = RolloutLog()
     out = []
     for i, (reward, correct) in enumerate([(1.0, 1), (0.0, 0), (0.9, 0), ("bad", 1)]):
         resp = {"prompt": f"q{i // 2}", "label": str(i // 2), "observation_tokens": [5, 6, 7 + step, 8, 9],
