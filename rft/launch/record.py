@@ -139,4 +139,5 @@ def build_record(profile: str, command: list[str], command_text: str, state: Git
         "chat_date": date,  # eval_posthoc.py --chat-date: the date rendered into the training prompts
         "lr_preflight": facts.get("lr_preflight"),
         "loss_aggregation": facts.get("loss_aggregation"),  # --loss_aggregation in force (rft.train.loss_aggregation)
+        "rollout_lag": facts.get("rollout_lag", 0),  # --async_train: steps the rollouts trail the policy
     }

@@ -21,7 +21,13 @@ from rft.io import iter_jsonl_lines, sha256_file
 from rft.launch.judge_check import judge_rule
 from rft.launch.lr_schedule import evaluate, report, schedule_from_args, suggest, suggestion_line
 from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, installed_root, openrlhf_root, parse_args
-from rft.launch.train_options import aggregation_in_force, describe, served_lora_rank, uses_actor_as_reference
+from rft.launch.train_options import (
+    aggregation_in_force,
+    describe,
+    rollout_lag,
+    served_lora_rank,
+    uses_actor_as_reference,
+)
 from rft.problems import problem_hash
 from rft.provenance import REPO_ROOT, patch_state
 from rft.reward.settings import RewardSettingsError, load_settings
@@ -168,6 +174,21 @@ def lora_sync_rule(args: argparse.Namespace, rep: Report) -> None:
         rep.notes.append(note)
     elif getattr(args, "vllm_sync_lora_via_object_store", False):
         rep.notes.append("LoRA sync: merge (W0 + s·B@A written into the engines' weights every step)")
+
+
+def levers_rule(a: argparse.Namespace, rep: Report, facts: dict) -> None:
+    """Name the step-time levers in force (docs/step-time.md#levers); the rollout lag goes into the run record, where
+    the monitor's agreement check reads how many steps vllm_kl and mismatch_* may trail the policy."""
+    facts["rollout_lag"] = lag = rollout_lag(a)
+    if lag:
+        rep.notes.append(f"--async_train: generation overlaps training; rollouts lag the policy by {lag} step(s) "
+                         "(the IS correction weighs them; the monitor judges vllm_kl over the last lag+2 steps)")
+    if uses_actor_as_reference(a):
+        rep.notes.append("--ref_from_actor: reference log-probs from the actor with its adapter disabled; no "
+                         "reference model is loaded or placed")
+    if a.lora_rank > 0 and a.zero_stage < 3:
+        rep.notes.append(f"--zero_stage {a.zero_stage} with LoRA: the frozen base replicated on every actor rank "
+                         "(no per-micro-batch gathers); each rank loads the whole model")
 
 
 def loss_and_sampling_rule(a: argparse.Namespace, rep: Report, facts: dict) -> None:
@@ -567,6 +588,7 @@ def run_checks(
     if profile.entry == "ppo":
         lora_sync_rule(a, rep)
         loss_and_sampling_rule(a, rep, facts)
+        levers_rule(a, rep, facts)
         rep.errors += placement_rules(a)
         rep.warnings += eval_rule(a)
     facts["data_sha256"] = check_data(a, profile.entry, rep)

@@ -25,6 +25,12 @@ def uses_actor_as_reference(args) -> bool:
     return getattr(args, "init_kl_coef", 0) > 0 and bool(getattr(args, "ref_from_actor", False))
 
 
+def rollout_lag(args) -> int:
+    """Optimizer steps a batch's rollouts lag the policy that trains on it: --async_queue_size with --async_train
+    (the sampler runs that many batches ahead), else 0."""
+    return int(getattr(args, "async_queue_size", 1)) if getattr(args, "async_train", False) else 0
+
+
 MODES = ("microbatch_mean", "token_mean", "dr_grpo_constant")
 
 

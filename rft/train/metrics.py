@@ -107,6 +107,8 @@ KNOWN_KEYS = (
     "lora_sync_skipped",
     "lora_sync_probe_logprob",
     "lora_sync_probe_delta",
+    # rft: --async_train: how many optimizer steps the rollouts lag the policy (the async queue size; levers.patch)
+    "rollout_lag",
 )
 """Metric keys the patched trainer may write; eval keys (`eval_*`) come on top of these."""
 
