@@ -357,3 +357,39 @@ def test_filter_and_history_switches_on_the_mixed_task(tmp_path):
                         map_location="cpu", weights_only=False)
     history = states["prompt_history"]["records"]
     assert len(history) >= pool - 2 and any(rec[0] >= 2 for rec in history.values())
+
+
+def test_async_train_with_the_reference_from_the_actor_learns_and_syncs_every_step(inputs, tmp_path):
+    """The levers on (docs/step-time.md#levers): `--async_train` (generation one batch ahead of training, rft's hooks
+    ported by levers.patch) and `--ref_from_actor` (no reference model). It learns as the sync demo does, the adapter
+    lands every step, the built-in eval runs at the sync trainer's steps, and vllm_kl stays within the smoke bound
+    judged as the monitor judges a lagged run (medians over lag + 2 steps)."""
+    from rft.monitor.smoke_verdict import KL_BOUND
+
+    started = time.time()
+    rc, log = run(tmp_path, inputs, "async", "--async_train", "--ref_from_actor")
+    print(f"async run: {time.time() - started:.0f} s")
+    assert rc == 0, log[-6000:]
+    run_dir = tmp_path / "async"
+    rows = train_rows(run_dir)
+    assert [r["global_step"] for r in rows] == list(range(1, 33))
+    assert all(r["rollout_lag"] == 1 for r in rows)
+    # step 1: the adapter (B = 0) is off anyway, so the actor is its own reference: kl exactly 0
+    assert rows[0]["kl"] == 0, rows[0]
+    assert all(r["policy_loss"] is not None for r in rows)
+    rewards = series(rows, "reward")
+    assert statistics.fmean(rewards[-8:]) >= statistics.fmean(rewards[:4]) + 0.2, rewards
+    # the sync landed every step: every targeted module applied by the engine, bytes sent, nothing skipped
+    assert all(r["lora_sync_bytes"] > 0 and r["lora_sync_modules"] == r["lora_sync_expected_modules"] > 0
+               and not r.get("lora_sync_skipped") for r in rows), [(r["lora_sync_modules"]) for r in rows]
+    kls = series(rows, "vllm_kl")
+    window = rows[0]["rollout_lag"] + 2
+    medians = [statistics.median(kls[i:i + window]) for i in range(len(kls) - window + 1)]
+    assert max(abs(m) for m in medians) <= KL_BOUND, kls
+    assert all(r.get(k) is not None for r in rows for k in MISMATCH_KEYS)
+    evals = [json.loads(x) for x in (run_dir / "metrics" / "training_metrics.jsonl").read_text().splitlines()]
+    assert [r["global_step"] for r in evals if r.get("event") == "eval"] == [0, 8, 16, 24, 32]
+    record = json.loads(next((run_dir / "metrics").glob("run_record_*.json")).read_text())
+    assert record["rollout_lag"] == 1
+    roles = record["ray_placement"]["roles"]
+    assert "ref" not in roles and roles["actor"] and roles["sampler"] and roles["vllm"], roles
