@@ -109,6 +109,7 @@ def _flags(argv: list[str]) -> argparse.Namespace | None:
         "--offload",
         "--adam_offload",
         "--colocate_actor_ref",
+        "--ref_from_actor",
         "--gradient_checkpointing",
         "--vllm_sync_lora_native",
     ):
@@ -178,7 +179,7 @@ def actor_plan(shape: Shape, a: argparse.Namespace) -> list[Line]:
             weights_where,
         ),
     ]
-    if a.init_kl_coef > 0 and a.colocate_actor_ref:
+    if a.init_kl_coef > 0 and a.colocate_actor_ref and not a.ref_from_actor:  # --ref_from_actor: no reference model
         lines.append(
             Line(
                 f"reference model (colocated), ZeRO-3 partition: 2 B x {shape.params / 1e9:.2f}B / {n}",
