@@ -142,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-core", type=int, default=1, help="the core the trainer's processes are pinned to")
     a = p.parse_args(argv)
     cores = {"vllm": a.vllm_core, "train": a.train_core}
+    python = os.environ.get("PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
+    if not Path(python).exists():
+        p.error(f"{python} not found: train_grpo_cpu.sh needs the real vLLM (make venv-vllm, or PYTHON=...)")
     out = a.out or Path(tempfile.mkdtemp(prefix="bench-overlap-"))
     out.mkdir(parents=True, exist_ok=True)
     result = {name: run_arm(name, flags, out, cores) for name, flags in ARMS}
