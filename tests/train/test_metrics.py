@@ -177,5 +177,7 @@ def test_async_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypat
     tr.rollout_queue.put("done")
     tr.vllm_lock = SimpleNamespace(acquire=SimpleNamespace(remote=lambda: None),
                                    release=SimpleNamespace(remote=lambda: None))
+    tr.eval_dataloader, tr.generate_kwargs = None, {"prompt_max_len": 8, "max_new_tokens": 8}
     tr.fit(global_step=0)
     check_loop_logs(log_dirs, group)
+    assert [r["rollout_lag"] for r in read_jsonl(log_dirs / "m" / metrics.METRICS_FILE)] == [0.0] * 3  # maxsize 0
