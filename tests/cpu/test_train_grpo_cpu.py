@@ -387,7 +387,7 @@ def test_async_train_with_the_reference_from_the_actor_learns_and_syncs_every_st
     # where the policy jumps (kl to the reference with it) and vllm_kl follows for lag + 1 steps (measured: up to
     # 0.28 at step 8 of one run, back to 1e-4 by step 11), which no single-step bound would pass.
     kls = series(rows, "vllm_kl")
-    window = rows[0]["rollout_lag"] + 2
+    window = int(rows[0]["rollout_lag"]) + 2
     for part in (kls[:window], kls[-window:], kls):
         assert abs(statistics.median(part)) <= KL_BOUND, kls
     assert all(r.get(k) is not None for r in rows for k in MISMATCH_KEYS)
