@@ -128,6 +128,7 @@ def recipe_flags(argv: list[str]) -> argparse.Namespace | None:
         "--offload",
         "--adam_offload",
         "--colocate_actor_ref",
+        "--ref_from_actor",
         "--gradient_checkpointing",
         "--vllm_sync_lora_native",
         "--async_train",
@@ -203,7 +204,7 @@ def actor_plan(shape: Shape, a: argparse.Namespace) -> list[Line]:
             weights_where,
         ),
     ]
-    if a.init_kl_coef > 0 and a.colocate_actor_ref:
+    if a.init_kl_coef > 0 and a.colocate_actor_ref and not a.ref_from_actor:  # --ref_from_actor: no reference model
         lines.append(
             Line(
                 f"reference model (colocated), {part}: 2 B x {shape.params / 1e9:.2f}B / {shards}",

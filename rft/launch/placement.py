@@ -25,6 +25,8 @@ ROLES = {
     "RewardModelActor": "reward",
     "PPOTrainer": "trainer",
     "PPOTrainerAsync": "trainer",
+    "TrainingActor": "trainer",  # --async_train: the trainer and the sampler are actors of their own
+    "GenerateSamplesActor": "sampler",
 }
 
 

@@ -29,21 +29,28 @@ VENV_GIB = 25.0  # torch + vLLM + the rest, built once
 
 GIB_PER_GB = 1e9 / 2**30
 SHARD_GIB = 5.0  # convert_mxfp4.py --max-shard-gib: what one rank holds while the stock ZeRO-3 load streams a shard
+BF16_GB = {"20b": 42, "120b": 234}  # the dequantized bf16 model one full load holds (21B / 117B params x 2 B)
 # Model cache per profile: openai/gpt-oss-20b and -120b without original/ and metal/.
 CACHE_GIB = {"20b": 13 * GIB_PER_GB, "120b": 65 * GIB_PER_GB}
 
 
-def host_ram_terms(profile: str, offload: bool | None = None) -> list[tuple[float, str]]:
+def host_ram_terms(profile: str, offload: bool | None = None, zero_stage: int = 3,
+                   ref_from_actor: bool = False) -> list[tuple[float, str]]:
     """What a profile holds in one node's host RAM at once, term by term: [(GiB, what)].
 
     `offload`: --offload (ZeRO-3 parameters on the host); None takes the profile's default layout (120b on one
-    node offloads, train_grpo_120b.sh). A LoRA save gathers the adapter only (save_model.patch,
+    node offloads, train_grpo_120b.sh). `zero_stage` below 3: no zero.Init, so every actor rank loads (and
+    dequantizes) the whole model on the host at once, and the reference (stage 0 then) every one of its ranks too;
+    `ref_from_actor`: no reference model is loaded at all (20b; 120b has none). A LoRA save gathers the adapter only (save_model.patch,
     rft/train/checkpoints.py gather_adapter_state: r64 on q/k/v/o at 120b is 36 x 64 x 20736 x 2 B = 0.1 GB), so
     no term counts a consolidated 16-bit model (21B x 2 B = 42 GB at 20b, 117B x 2 B = 234 GB at 120b).
     """
+    if zero_stage < 3:
+        return _full_load_terms(profile, 8 if profile == "120b" and offload is False else 4, ref_from_actor)
     if profile == "20b":
-        return [(2 * 42 * GIB_PER_GB, "actor and reference rank 0 each dequantize 21B MXFP4 params to bf16 "
-                                      "(2 x 42 GB)"),
+        loads = 1 if ref_from_actor else 2
+        who = "actor rank 0 dequantizes" if ref_from_actor else "actor and reference rank 0 each dequantize"
+        return [(loads * 42 * GIB_PER_GB, f"{who} 21B MXFP4 params to bf16 ({loads} x 42 GB)"),
                 (8.0, "Ray, the vLLM engine processes, data")]
     if profile == "120b":
         offload = True if offload is None else offload
@@ -56,9 +63,21 @@ def host_ram_terms(profile: str, offload: bool | None = None) -> list[tuple[floa
     raise ValueError(f"no host RAM figures for profile {profile!r} (known: 20b, 120b)")
 
 
-def host_ram_need(profile: str, offload: bool | None = None) -> tuple[float, str]:
+def _full_load_terms(profile: str, actor_ranks: int, ref_from_actor: bool) -> list[tuple[float, str]]:
+    """ZeRO-2 (or 1, 0): each actor rank, and each reference rank of the 20b layout, loads the full bf16 model."""
+    if profile not in BF16_GB:
+        raise ValueError(f"no host RAM figures for profile {profile!r} (known: 20b, 120b)")
+    gb = BF16_GB[profile]
+    loads = actor_ranks + (actor_ranks if profile == "20b" and not ref_from_actor else 0)
+    who = "actor ranks" if loads == actor_ranks else "actor and reference ranks"
+    return [(loads * gb * GIB_PER_GB, f"ZeRO-2: {loads} {who} each load the whole bf16 model ({loads} x {gb} GB)"),
+            (8.0 if profile == "20b" else 16.0, "Ray, the vLLM engine processes, data")]
+
+
+def host_ram_need(profile: str, offload: bool | None = None, zero_stage: int = 3,
+                  ref_from_actor: bool = False) -> tuple[float, str]:
     """(GiB of host RAM the profile needs at once, the terms as one line `what: N GiB; ...`)."""
-    terms = host_ram_terms(profile, offload)
+    terms = host_ram_terms(profile, offload, zero_stage, ref_from_actor)
     return sum(g for g, _ in terms), "; ".join(f"{what}: {g:.0f} GiB" for g, what in terms)
 
 
@@ -156,9 +175,10 @@ def _dotted(v: tuple[int, ...]) -> str:
     return ".".join(map(str, v))
 
 
-def host_ram_problem(available_gib: float | None, profile: str, offload: bool | None = None) -> str | None:
+def host_ram_problem(available_gib: float | None, profile: str, offload: bool | None = None, zero_stage: int = 3,
+                     ref_from_actor: bool = False) -> str | None:
     """One line when `available_gib` is below what the profile needs at once (host_ram_need), else None."""
-    need, terms = host_ram_need(profile, offload)
+    need, terms = host_ram_need(profile, offload, zero_stage, ref_from_actor)
     if available_gib is None or available_gib >= need:
         return None
     return (f"host RAM: {available_gib:.0f} GiB available, the {profile} recipe needs ~{need:.0f} GiB at once "

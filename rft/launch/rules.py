@@ -21,7 +21,13 @@ from rft.io import iter_jsonl_lines, sha256_file
 from rft.launch.judge_check import judge_rule
 from rft.launch.lr_schedule import evaluate, report, schedule_from_args, suggest, suggestion_line
 from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, installed_root, openrlhf_root, parse_args
-from rft.launch.train_options import aggregation_in_force, describe, served_lora_rank
+from rft.launch.train_options import (
+    aggregation_in_force,
+    describe,
+    rollout_lag,
+    served_lora_rank,
+    uses_actor_as_reference,
+)
 from rft.problems import problem_hash
 from rft.provenance import REPO_ROOT, patch_state
 from rft.reward.settings import RewardSettingsError, load_settings
@@ -170,6 +176,21 @@ def lora_sync_rule(args: argparse.Namespace, rep: Report) -> None:
         rep.notes.append("LoRA sync: merge (W0 + s·B@A written into the engines' weights every step)")
 
 
+def levers_rule(a: argparse.Namespace, rep: Report, facts: dict) -> None:
+    """Name the step-time levers in force (docs/step-time.md#levers); the rollout lag goes into the run record, where
+    the monitor's agreement check reads how many steps vllm_kl and mismatch_* may trail the policy."""
+    facts["rollout_lag"] = lag = rollout_lag(a)
+    if lag:
+        rep.notes.append(f"--async_train: generation overlaps training; rollouts lag the policy by {lag} step(s) "
+                         "(the IS correction weighs them; the monitor judges vllm_kl over the last lag+2 steps)")
+    if uses_actor_as_reference(a):
+        rep.notes.append("--ref_from_actor: reference log-probs from the actor with its adapter disabled; no "
+                         "reference model is loaded or placed")
+    if a.lora_rank > 0 and a.zero_stage < 3:
+        rep.notes.append(f"--zero_stage {a.zero_stage} with LoRA: the frozen base replicated on every actor rank "
+                         "(no per-micro-batch gathers); each rank loads the whole model")
+
+
 def loss_and_sampling_rule(a: argparse.Namespace, rep: Report, facts: dict) -> None:
     """Name the loss aggregation in force (note + run record); warn about a truncated rollout distribution (top_p /
     top_k / min_p), naming what it does to the IS correction and to the mismatch_* metrics."""
@@ -220,19 +241,20 @@ def model_rule(a: argparse.Namespace, rep: Report) -> None:
 
 def host_ram_rule(profile: Profile, a: argparse.Namespace) -> list[str]:
     """Host RAM available now against what the profile holds at once: the figures `make train` checks
-    (rft/launch/prereqs.py host_ram_terms), with this command's --offload."""
+    (rft/launch/prereqs.py host_ram_terms), with this command's --offload, --zero_stage and --ref_from_actor."""
     from rft.launch.prereqs import host_ram_problem, mem_available_gib
 
     if profile.name not in ("20b", "120b"):
         return []
-    line = host_ram_problem(mem_available_gib(), profile.name, bool(getattr(a, "offload", False)))
+    line = host_ram_problem(mem_available_gib(), profile.name, bool(getattr(a, "offload", False)),
+                            getattr(a, "zero_stage", 3), uses_actor_as_reference(a))
     return [line] if line else []
 
 
 def placement_rules(a: argparse.Namespace) -> list[str]:
     """The placement assertions 0.9.3's train() makes after Ray starts, checked before."""
     errors = []
-    if (a.colocate_actor_ref or a.colocate_all_models) and a.init_kl_coef > 0:
+    if (a.colocate_actor_ref or a.colocate_all_models) and a.init_kl_coef > 0 and not uses_actor_as_reference(a):
         if (a.actor_num_nodes, a.actor_num_gpus_per_node) != (a.ref_num_nodes, a.ref_num_gpus_per_node):
             errors.append(
                 "--colocate_actor_ref/--colocate_all_models with --init_kl_coef > 0 needs --ref_num_nodes and "
@@ -262,7 +284,7 @@ def gpus_needed(a: argparse.Namespace) -> int:
     if shared and not a.async_train:
         vllm = 0
     ref = 0
-    if a.init_kl_coef > 0 and not (a.colocate_actor_ref or shared):
+    if a.init_kl_coef > 0 and not (a.colocate_actor_ref or shared or uses_actor_as_reference(a)):
         ref = a.ref_num_nodes * a.ref_num_gpus_per_node
     critic = 0 if not a.critic_pretrain or shared else a.critic_num_nodes * a.critic_num_gpus_per_node
     reward = 0
@@ -566,6 +588,7 @@ def run_checks(
     if profile.entry == "ppo":
         lora_sync_rule(a, rep)
         loss_and_sampling_rule(a, rep, facts)
+        levers_rule(a, rep, facts)
         rep.errors += placement_rules(a)
         rep.warnings += eval_rule(a)
     facts["data_sha256"] = check_data(a, profile.entry, rep)

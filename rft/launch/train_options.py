@@ -1,4 +1,5 @@
-"""Training options the launch checks and the patched trainer decide alike: the loss aggregation in force, and the
+"""Training options the launch checks and the patched trainer decide alike: the loss aggregation in force, the
+reference from the actor (--ref_from_actor), and the
 max_lora_rank a vLLM engine serves an adapter of a given rank at. Stdlib only, so Ray workers import it cheaply.
 """
 
@@ -16,6 +17,18 @@ def served_lora_rank(rank: int) -> int:
         if allowed >= rank:
             return allowed
     raise ValueError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}")
+
+
+def uses_actor_as_reference(args) -> bool:
+    """True when the run has a reference (--init_kl_coef > 0) and takes it from the LoRA actor with its adapter
+    disabled (--ref_from_actor, levers.patch): no reference group is placed or loaded."""
+    return getattr(args, "init_kl_coef", 0) > 0 and bool(getattr(args, "ref_from_actor", False))
+
+
+def rollout_lag(args) -> int:
+    """Optimizer steps a batch's rollouts lag the policy that trains on it: --async_queue_size with --async_train
+    (the sampler runs that many batches ahead), else 0."""
+    return int(getattr(args, "async_queue_size", 1)) if getattr(args, "async_train", False) else 0
 
 
 MODES = ("microbatch_mean", "token_mean", "dr_grpo_constant")

@@ -187,22 +187,35 @@ def mismatch_gap(log: MetricsLog, th: Thresholds) -> tuple[list[str], list[tuple
     return seen, problems
 
 
+def rollout_lag(log: MetricsLog) -> int:
+    """Steps the rollouts trail the policy: the largest `rollout_lag` the run logged (--async_train: its queue
+    size), 0 for a synchronous run."""
+    lags = [v for _, v in log.series("rollout_lag") if math.isfinite(v)]
+    return int(max(lags)) if lags else 0
+
+
 def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
-    """vllm_kl large from the start, or a k1 KL to the reference drifting negative, means off-policy rollouts."""
+    """vllm_kl large from the start, or a k1 KL to the reference drifting negative, means off-policy rollouts.
+    vllm_kl is judged by medians over windows of max(3, lag + 2) steps: with --async_train (lag >= 1) a step's
+    vllm_kl also holds the policy's move over the lag, so one step alone says little."""
     problems, seen = [], []
     vllm = log.series("vllm_kl")
+    lag = rollout_lag(log)
+    window = max(3, lag + 2)
     if vllm:
-        early = [v for _, v in vllm[:3]]
+        early = [v for _, v in vllm[:window]]
         med = statistics.median(early)
-        seen.append(f"vllm_kl first steps {', '.join(fmt(v) for v in early)}")
-        late = statistics.median(v for _, v in vllm[-3:])
+        seen.append(f"vllm_kl first steps {', '.join(fmt(v) for v in early)}"
+                    + (f" (rollouts {lag} step(s) behind the policy)" if lag else ""))
+        late = statistics.median(v for _, v in vllm[-window:])
+        last, where = (late, f"over the last {window} steps to step") if lag else (vllm[-1][1], "at step")
         if abs(med) > th.vllm_kl_fail:
             problems.append((FAIL, f"rollout/trainer log-prob gap vllm_kl={fmt(med)} from step {vllm[0][0]}"))
-        elif len(vllm) >= 6 and abs(late) > th.vllm_kl_fail:  # fine at first, then drifting: syncs stopped landing
-            problems.append((FAIL, f"sync drift: vllm_kl {fmt(med)} early, {fmt(late)} over the last 3 steps "
+        elif len(vllm) >= 2 * window and abs(late) > th.vllm_kl_fail:  # fine at first, then drifting: no syncs
+            problems.append((FAIL, f"sync drift: vllm_kl {fmt(med)} early, {fmt(late)} over the last {window} steps "
                                    f"(to step {vllm[-1][0]})"))
-        elif abs(med) > th.vllm_kl_warn or abs(vllm[-1][1]) > th.vllm_kl_fail:
-            problems.append((WARN, f"vllm_kl={fmt(med)} early, {fmt(vllm[-1][1])} at step {vllm[-1][0]}"))
+        elif abs(med) > th.vllm_kl_warn or abs(last) > th.vllm_kl_fail:
+            problems.append((WARN, f"vllm_kl={fmt(med)} early, {fmt(last)} {where} {vllm[-1][0]}"))
     name = "logprobs_diff" if log.key_for("logprobs_diff") else "kl"
     ref = log.series(name)
     if ref and any(v != 0 for _, v in ref):

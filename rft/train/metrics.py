@@ -110,6 +110,8 @@ KNOWN_KEYS = (
     "lora_sync_probe_delta",
     # rft: where the step's wall time goes, tokens/s, response-length tail (rft.train.step_timer)
     *STEP_TIME_KEYS,
+    # rft: --async_train: how many optimizer steps the rollouts lag the policy (the async queue size; levers.patch)
+    "rollout_lag",
 )
 """Metric keys the patched trainer may write; eval keys (`eval_*`) come on top of these."""
 

@@ -611,3 +611,18 @@ def test_a_smoke_run_of_the_small_script_has_its_own_run_directory(patched_root,
     assert real.returncode == 0 and smoke.returncode == 0, real.stderr[-2000:] + smoke.stderr[-2000:]
     assert "small-grpo-" in real.stdout and "-smoke" not in real.stdout
     assert "-trl-smoke/" in smoke.stdout  # its metrics, checkpoints and model never land in the real run's
+
+
+def test_the_levers_pass_the_cpu_loops_checks(patched_root, data_dir, tmp_path, monkeypatch):
+    """`--zero_stage 2` with LoRA, `--async_train` and `--ref_from_actor` on the CPU script: accepted by OpenRLHF's
+    parser and every check, each named in the notes; the private Ray then holds no GPU for a reference."""
+    env = script_env(patched_root, data_dir, tmp_path)
+    res = run_script("train_grpo_cpu.sh", env, "--dry-run", "--zero_stage", "2", "--async_train", "--ref_from_actor")
+    assert "ERROR" not in res.stderr, res.stderr
+    _, a = parsed_command(res.stdout, patched_root, monkeypatch)
+    assert (a.zero_stage, a.async_train, a.ref_from_actor, a.lora_rank) == (2, True, True, 8)
+    assert "--zero_stage 2 with LoRA: the frozen base replicated" in res.stderr
+    assert "rollouts lag the policy by 1 step(s)" in res.stderr and "no reference model is loaded" in res.stderr
+    assert "3 logical GPU(s) in the private Ray" in res.stderr  # actor 2 + vLLM 1, no reference
+    plain = run_script("train_grpo_cpu.sh", env, "--dry-run")
+    assert "4 logical GPU(s) in the private Ray" in plain.stderr

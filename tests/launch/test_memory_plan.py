@@ -71,6 +71,12 @@ def test_fit_verdicts_follow_the_layout():
         [*flags, "--actor_num_gpus_per_node", "8", "--init_kl_coef", "0.001", "--colocate_actor_ref"]
     )
     assert kl8 is False
+    # --ref_from_actor: the reference is the actor without its adapter, so the same layout fits again
+    _, kl8_actor = render(
+        [*flags, "--actor_num_gpus_per_node", "8", "--init_kl_coef", "0.001", "--colocate_actor_ref",
+         "--ref_from_actor"]
+    )
+    assert kl8_actor is True
     assert render(["--pretrain", "Qwen/Qwen2.5-0.5B"]) == ("", None)
 
 

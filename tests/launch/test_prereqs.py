@@ -150,6 +150,32 @@ def test_host_ram_counts_no_consolidated_model():
         prereqs.host_ram_terms("small")
 
 
+def test_host_ram_counts_zero2_full_loads_per_rank():
+    # ZeRO-2 (no zero.Init): each of the 4 actor ranks loads the whole bf16 model, and each of the 4 reference
+    # ranks (stage 0 then) too; with the reference from the actor only the actor's 4 loads
+    gib = 42e9 / 2**30
+    assert prereqs.host_ram_need("20b", zero_stage=2)[0] == pytest.approx(8 * gib + 8)
+    assert prereqs.host_ram_need("20b", zero_stage=2, ref_from_actor=True)[0] == pytest.approx(4 * gib + 8)
+    assert "4 actor ranks each load the whole bf16 model" in prereqs.host_ram_need("20b", None, 2, True)[1]
+    # ZeRO-3: rank 0 of each model dequantizes; without the reference model one load
+    assert prereqs.host_ram_need("20b", ref_from_actor=True)[0] == pytest.approx(gib + 8)
+    assert prereqs.host_ram_need("120b", offload=False, zero_stage=2)[0] == pytest.approx(8 * 234e9 / 2**30 + 16)
+    with pytest.raises(ValueError, match="profile 'small'"):
+        prereqs.host_ram_terms("small", zero_stage=2)
+
+
+def test_the_launch_rule_counts_the_commands_zero_stage(monkeypatch):
+    from rft.launch.rules import PROFILES, host_ram_rule
+
+    monkeypatch.setattr(prereqs, "mem_available_gib", lambda: 200.0)
+    lora = dict(offload=False, init_kl_coef=0.001)
+    assert host_ram_rule(PROFILES["20b"], SimpleNamespace(zero_stage=3, **lora)) == []
+    line = host_ram_rule(PROFILES["20b"], SimpleNamespace(zero_stage=2, **lora))
+    assert line[0].startswith("host RAM: 200 GiB available, the 20b recipe needs ~321 GiB at once (ZeRO-2: 8 actor "
+                              "and reference ranks")
+    assert host_ram_rule(PROFILES["20b"], SimpleNamespace(zero_stage=2, ref_from_actor=True, **lora)) == []
+
+
 def test_the_launch_rule_reads_the_same_figures(monkeypatch):
     from rft.launch.rules import PROFILES, host_ram_rule
 

@@ -41,6 +41,18 @@ def test_gpus_needed_counts_the_reference_model(patched_root, monkeypatch):
     assert "needs --ref_num_nodes and --ref_num_gpus_per_node equal" in rules.placement_rules(wrong)[0]
 
 
+def test_reference_from_the_actor_is_not_placed(patched_root, monkeypatch):
+    """--ref_from_actor: no reference group, so no GPUs for it and no colocation rule on its shape."""
+    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
+    base = ["--pretrain", "m", "--remote_rm_url", "r.py", "--advantage_estimator", "dr_grpo",
+            "--vllm_num_engines", "2", "--vllm_tensor_parallel_size", "2", "--actor_num_gpus_per_node", "4",
+            "--ref_num_gpus_per_node", "4", "--init_kl_coef", "0.001", "--lora_rank", "8", "--ref_from_actor",
+            "--vllm_sync_lora_via_object_store"]
+    assert rules.gpus_needed(parse_args(base).args) == 8
+    other = parse_args(base + ["--colocate_actor_ref", "--ref_num_gpus_per_node", "8"]).args
+    assert rules.placement_rules(other) == []
+
+
 def test_check_disk_reads_the_real_filesystem(tmp_path):
     """Blocks below the profile's need, names the path and its nearest existing parent; notes it otherwise."""
     free = shutil.disk_usage(tmp_path).free / rules.GIB
@@ -191,3 +203,19 @@ def test_loss_aggregation_flag_is_validated_by_the_patched_parser(patched_root, 
         parse_args(base + ["--loss_aggregation", "token_mean", "--use_dynamic_batch"])
     assert parse_args(base + ["--use_dynamic_batch"]).args.loss_aggregation is None  # the default falls back
 
+
+
+def test_levers_rule_records_the_rollout_lag_and_names_the_levers(patched_root, monkeypatch):
+    monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
+    base = ["--pretrain", "m", "--remote_rm_url", "r.py", "--advantage_estimator", "group_norm",
+            "--vllm_num_engines", "1", "--actor_num_gpus_per_node", "2", "--lora_rank", "8",
+            "--vllm_sync_lora_via_object_store", "--init_kl_coef", "0.01", "--n_samples_per_prompt", "2", "--zero_stage", "3"]
+    rep, facts = rules.Report(), {}
+    rules.levers_rule(parse_args(base).args, rep, facts)
+    assert facts == {"rollout_lag": 0} and rep.notes == []
+    rep, facts = rules.Report(), {}
+    args = parse_args(base + ["--async_train", "--async_queue_size", "2", "--ref_from_actor", "--zero_stage", "2"]).args
+    rules.levers_rule(args, rep, facts)
+    assert facts == {"rollout_lag": 2}
+    assert [n.split(":")[0] for n in rep.notes] == ["--async_train", "--ref_from_actor", "--zero_stage 2 with LoRA"]
+    assert not rep.errors

@@ -1016,3 +1016,22 @@ def test_checkpoint_name_finds_each_layout(tmp_path, layout):
 
 def test_exit_code_of_no_verdicts_is_healthy():
     assert exit_code([]) == 0
+
+
+def test_async_rollout_lag_judges_vllm_kl_by_the_median_of_lag_plus_2_steps():
+    """--async_train logs rollout_lag; one high step at the end (the policy moved over the lag) is judged with its
+    neighbours: median over max(3, lag + 2) steps. Synchronous, the same last step warns on its own."""
+    def verdict(lag: float | None, tail: list[float]):
+        log = MetricsLog()
+        values = [3e-4] * 8 + tail
+        for s, v in enumerate(values, start=1):
+            log.add({"global_step": s, "vllm_kl": v, **({"rollout_lag": lag} if lag is not None else {})}, "x")
+        return {v.check: v for v in diagnose(log)}["rollout/trainer agreement"]
+
+    sync = verdict(None, [0.08])
+    assert sync.status == WARN and "0.08 at step 9" in sync.evidence
+    lagged = verdict(1.0, [0.08])
+    assert lagged.status == PASS and "rollouts 1 step(s) behind the policy" in lagged.evidence
+    # the median still fails a lagged run whose syncs stopped: most of the last lag + 2 steps are high
+    drifted = verdict(2.0, [0.08, 0.09, 0.07])
+    assert drifted.status == FAIL and "over the last 4 steps" in drifted.evidence

@@ -207,8 +207,11 @@ def test_async_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypat
     tr.save_logs_and_checkpoints = lambda step, status, states, save=tr.save_logs_and_checkpoints: (
         saved.append(dict(states)) or save(step, status, states))
     ticking(tr)
+    tr.eval_dataloader, tr.generate_kwargs = None, {"prompt_max_len": 8, "max_new_tokens": 8}
     tr.fit(global_step=0)
     check_loop_logs(log_dirs, group)
+    rows = read_jsonl(log_dirs / "m" / metrics.METRICS_FILE)
     # async: the queue wait and the vLLM lock are the trainer's generate time; in-rollout reward overlaps training
-    check_step_times(read_jsonl(log_dirs / "m" / metrics.METRICS_FILE), {"generate", "logprob", "train", "sync"}, 2.0)
+    check_step_times(rows, {"generate", "logprob", "train", "sync"}, 2.0)
     assert all(ROLLOUT_KEY not in s for s in saved)
+    assert [r["rollout_lag"] for r in rows] == [0.0] * 3  # maxsize 0
