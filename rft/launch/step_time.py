@@ -191,9 +191,9 @@ def phases(shape: Shape, a: argparse.Namespace, f: dict[str, float], ref_from_ac
     batches = forward_batches(a, samples, a.micro_rollout_batch_size)
     forward = compute_s(sum(forward_flops(shape, tokens * a.micro_rollout_batch_size)), f)
     old = batches * (forward + gather)
-    # the reference runs after the old log-probs on the same GPUs (--colocate_actor_ref); from the actor, its
-    # adapter-off forward shares the old-log-prob pass's gather (docs/step-time.md)
-    ref = batches * (forward + (0.0 if ref_from_actor else gather)) if has_reference(a) else 0.0
+    # the reference runs after the old log-probs on the same GPUs (--colocate_actor_ref); from the actor
+    # (--ref_from_actor) it is a second forward of the actor with its adapter disabled, with a gather of its own
+    ref = batches * (forward + gather) if has_reference(a) else 0.0
     # a reference on GPUs of its own runs beside the old log-probs (taken at the actor's rank count)
     logprob = old + ref if a.colocate_actor_ref or ref_from_actor else max(old, ref)
     micro = a.micro_train_batch_size
@@ -303,7 +303,7 @@ def lever_names(levers: Levers, base: Levers) -> str:
     if levers.async_train != base.async_train:
         names.append("--async_train")
     if levers.ref_from_actor:
-        names.append("reference from the actor")
+        names.append("--ref_from_actor")
     if levers.zero_stage != base.zero_stage:
         names.append(f"--zero_stage {levers.zero_stage}")
     return " + ".join(names) or "the recipe as it is"
@@ -347,7 +347,7 @@ def lever_line(pr: Prediction, lv: Levers, base: Levers) -> str:
     extra = ""
     if lv.zero_stage != base.zero_stage and has_reference(pr.recipe):
         both = replace(lv, ref_from_actor=True)
-        extra = f"; with the reference from the actor {actor_gib(pr.shape, with_levers(pr.recipe, both)):.1f} GiB"
+        extra = f"; with --ref_from_actor {actor_gib(pr.shape, with_levers(pr.recipe, both)):.1f} GiB"
     return (f"  {lever_names(lv, base)}: {lever_step(pr, lv) / 60:.1f} min, {gib:.1f} GiB ({verdict}; "
             f"the recipe {actor_gib(pr.shape, pr.recipe):.1f}){extra}")
 
