@@ -19,14 +19,7 @@ from rft.launch.smoke import SMOKE_STEPS
 from rft.launch.supervise import GPU_FILE, RELAUNCH_FILE, TIMED_OUT
 from rft.monitor.diagnosis import Thresholds
 from rft.monitor.logs import read_metrics
-from rft.train.sync_probe import (
-    PROBE_BAND,
-    PROBE_FLOOR_FACTOR,
-    RECIPE_STEPS,
-    TRAINER_QUANTUM,
-    judge_sync,
-    recipe_change,
-)
+from rft.train.sync_probe import PROBE_BAND, RECIPE_STEPS, judge_sync, recipe_change, slack
 
 KL_BOUND = Thresholds().vllm_kl_fail  # |vllm_kl| after a sync: the monitor's FAIL line (docs/launching.md#smoke-mode)
 
@@ -50,12 +43,7 @@ def probe_checks(rows: dict[int, dict], order: list[int]) -> list[tuple[str, boo
     if not synced:
         return [("the engine's probe change reproduces the trainer's at every sync", False,
                  "no lora_sync_probe_trainer_delta logged (was --lora_sync_probe on?)")]
-    verdicts = []
-    for s in synced:
-        r = rows[s]
-        ok, why = judge_sync(r["lora_sync_probe_engine_delta"], r["lora_sync_probe_trainer_delta"],
-                             r.get("lora_sync_kept_share", 1.0), r.get("lora_sync_probe_floor", 0.0))
-        verdicts.append((s, ok, why))
+    verdicts = [(s, *judge_sync(rows[s])) for s in synced]
     floor = rows[synced[0]].get("lora_sync_probe_floor", 0.0)
     return [(f"the engine's probe change reproduces the trainer's at every sync (floor {floor:.1e}, band "
              f"±{PROBE_BAND:g})", all(ok for _, ok, _ in verdicts),
@@ -68,13 +56,14 @@ def recipe_statement(rows: dict[int, dict]) -> str | None:
     row = next((rows[s] for s in sorted(rows) if "lora_sync_recipe_kept" in rows[s]), None)
     if row is None:
         return None
-    change = recipe_change(row["lora_sync_probe_trainer_delta"], row["lora_sync_recipe_kept"],
+    change = recipe_change(row["lora_sync_probe_trainer_norm"], row["lora_sync_recipe_kept"],
                            row["lora_sync_recipe_scale"])
-    floor = PROBE_FLOOR_FACTOR * row.get("lora_sync_probe_floor", 0.0) + TRAINER_QUANTUM
+    floor = slack(row.get("lora_sync_probe_floor", 0.0), row["lora_sync_probe_tokens"])
     lr = row.get("lora_sync_recipe_lr", 0.0)
-    how = (f"expected engine change {change:+.1e} after {RECIPE_STEPS} steps, {row['lora_sync_recipe_kept']:.0%} "
-           f"of that update surviving bf16 rounding, vs the floor {floor:.1e}")
-    if abs(change) > floor:
+    how = (f"expected engine change ||X|| {change:.1e} over the probe's {row['lora_sync_probe_tokens']:.0f} tokens "
+           f"after {RECIPE_STEPS} steps, {row['lora_sync_recipe_kept']:.1%} of that update surviving bf16 rounding, "
+           f"vs the floor {floor:.1e}")
+    if change > floor:
         return f"the recipe's learning rate {lr:g} moves the served policy within {RECIPE_STEPS} steps ({how})"
     return (f"the recipe's learning rate {lr:g} does NOT move the served policy within {RECIPE_STEPS} steps: "
             f"the engine keeps serving (nearly) the base model ({how})")

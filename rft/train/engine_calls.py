@@ -57,13 +57,18 @@ def gather(refs: Sequence[Any], names: Sequence[str], what: str, timeout: float 
 
         wait, get = wait or ray.wait, get or ray.get
     watch = ProgressWatch(what, timeout, clock)
-    index = {id(r): i for i, r in enumerate(refs)}
+    index = {ref_key(r): i for i, r in enumerate(refs)}
     pending = list(refs)
     while pending:
         slice_s = WAIT_SLICE_S if watch.timeout <= 0 else min(WAIT_SLICE_S, watch.timeout)
         ready, pending = wait(pending, num_returns=len(pending), timeout=slice_s)
-        watch.check(len(ready), [names[index[id(r)]] for r in pending])
+        watch.check(len(ready), [names[index[ref_key(r)]] for r in pending])
     return list(get(list(refs)))
+
+
+def ref_key(ref: Any) -> Any:
+    """A key for an object ref that survives ray.wait handing back equal but new ObjectRef objects."""
+    return ref.hex() if callable(getattr(ref, "hex", None)) else id(ref)
 
 
 def engine_names(engines: Sequence[Any]) -> list[str]:

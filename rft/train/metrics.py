@@ -43,6 +43,7 @@ from rft.train.mismatch import KEYS as MISMATCH_KEYS
 from rft.train.numbers import scalar
 from rft.train.prompt_filter import STEP_KEYS as PROMPT_FILTER_KEYS
 from rft.train.robust_rewards import BATCH_KEYS
+from rft.train.sync_probe import PROBE_KEYS
 from rft.train.token_stats import KEYS as TOKEN_STAT_KEYS
 
 METRICS_FILE = "training_metrics.jsonl"
@@ -105,8 +106,8 @@ KNOWN_KEYS = (
     "lora_sync_modules",
     "lora_sync_expected_modules",
     "lora_sync_skipped",
-    "lora_sync_probe_logprob",
-    "lora_sync_probe_delta",
+    # rft: the smoke's sync probe, trainer vs engine (rft.train.sync_probe)
+    *PROBE_KEYS,
 )
 """Metric keys the patched trainer may write; eval keys (`eval_*`) come on top of these."""
 

@@ -1,7 +1,10 @@
 """The LoRA sync probe (`--lora_sync_probe`): a fixed math prompt the patched actor scores in every vLLM engine
-before the first sync and after each, so a sync that never lands shows as a log-prob that never moves."""
+before the first sync and after each, and the trainer scores too: the engine's change must reproduce the trainer's
+(`judge_sync`), so a sync that never lands, or lands with the wrong sign, scale or shard, fails the smoke."""
 
 from __future__ import annotations
+
+import math
 
 PROBE_TEXT = (
     "Problem: Find the remainder when 2^10 is divided by 7. Put the final answer in \\boxed{}.\n"
@@ -16,22 +19,38 @@ def probe_token_ids(pretrain: str) -> list[int]:
     return AutoTokenizer.from_pretrained(pretrain, trust_remote_code=True)(PROBE_TEXT)["input_ids"]
 
 
-def mean_prompt_logprob(output) -> float:
-    """Mean log-prob of the prompt's own tokens (after the first) in a vLLM RequestOutput with prompt_logprobs."""
-    ids, lps = output.prompt_token_ids, output.prompt_logprobs
-    values = [lps[i][ids[i]].logprob for i in range(1, len(ids)) if lps[i] is not None and ids[i] in lps[i]]
-    if not values:
-        raise ValueError("the probe came back without prompt log-probs")
-    return sum(values) / len(values)
-
-
 # ----------------------------------------------------------------------------------------------------------
-# Judging a sync: does the engine's change reproduce the trainer's? (docs/launching.md#smoke-mode)
+# Judging a sync: does the engine's change reproduce the trainer's, token by token? (docs/launching.md#smoke-mode)
 
-PROBE_BAND = 0.3  # |engine − expected| <= PROBE_BAND·|expected| + slack (docs/launching.md#the-probes-band)
+PROBE_BAND = 0.3  # ||E − X|| <= PROBE_BAND·||X|| + slack (docs/launching.md#the-probes-band)
 PROBE_FLOOR_FACTOR = 3.0  # an engine change counts as moved above 3x the probe's measured run-to-run floor
-TRAINER_QUANTUM = 2e-3  # the trainer's bf16 log-probs move in steps of ~2e-3 (docs/lora-sync.md, bf16 table)
+TRAINER_QUANTUM = 2e-3  # per token: the trainer's bf16 log-probs move in steps of ~2e-3 (docs/lora-sync.md)
 RECIPE_STEPS = 10  # the recipe-LR statement: does the served policy move within this many steps
+PROBE_KEYS = (
+    "lora_sync_probe_logprob",
+    "lora_sync_probe_delta",
+    "lora_sync_probe_engine_delta",
+    "lora_sync_probe_trainer_delta",
+    "lora_sync_probe_engine_norm",
+    "lora_sync_probe_expected_norm",
+    "lora_sync_probe_trainer_norm",
+    "lora_sync_probe_rel_error",
+    "lora_sync_probe_cosine",
+    "lora_sync_probe_tokens",
+    "lora_sync_probe_floor",
+    "lora_sync_kept_share",
+    "lora_sync_recipe_kept",
+    "lora_sync_recipe_scale",
+    "lora_sync_recipe_lr",
+)
+
+
+def prompt_logprobs(output) -> list[float]:
+    """The log-prob of each prompt token after the first in a vLLM RequestOutput with prompt_logprobs."""
+    ids, lps = output.prompt_token_ids, output.prompt_logprobs
+    if any(lps[i] is None or ids[i] not in lps[i] for i in range(1, len(ids))) or len(ids) < 2:
+        raise ValueError("the probe came back without prompt log-probs")
+    return [lps[i][ids[i]].logprob for i in range(1, len(ids))]
 
 
 def kept_share(reports: list[dict], index: int = 0) -> float:
@@ -42,74 +61,95 @@ def kept_share(reports: list[dict], index: int = 0) -> float:
     return sum(n for n, _ in sums) / den if den > 0 else 1.0
 
 
-def decisive_change(floor: float, band: float = PROBE_BAND) -> float:
-    """The smallest |expected| change at which a merge at half or twice the right size falls outside the band:
-    (0.5 - band)·|expected| must exceed the slack."""
-    return (PROBE_FLOOR_FACTOR * floor + TRAINER_QUANTUM) / (0.5 - band)
+def run_to_run_floor(first: list[list[float]], second: list[list[float]]) -> float:
+    """The probe's floor: the largest change of any token in any engine between two scorings, nothing changed."""
+    return max(abs(b - a) for x, y in zip(first, second, strict=True) for a, b in zip(x, y, strict=True))
 
 
-def judge_sync(engine_delta: float, trainer_delta: float, kept: float, floor: float,
-               band: float = PROBE_BAND) -> tuple[bool, str]:
-    """(passed, reason): the engine's probe change since before the first sync against the trainer's.
-
-    Expected engine change = kept·trainer_delta (what survives bf16 rounding of the merged weights). The change
-    must clear PROBE_FLOOR_FACTOR·floor, have the trainer's sign and lie within band·|expected| + slack of it,
-    slack = PROBE_FLOOR_FACTOR·floor + TRAINER_QUANTUM."""
-    expected = kept * trainer_delta
-    slack = PROBE_FLOOR_FACTOR * floor + TRAINER_QUANTUM
-    moved = PROBE_FLOOR_FACTOR * floor
-    nums = f"engine {engine_delta:+.3e}, expected {expected:+.3e} (trainer {trainer_delta:+.3e} x kept {kept:.2f})"
-    if abs(engine_delta) <= moved or engine_delta == 0.0:
-        return False, f"engine did not move ({nums}; floor {floor:.1e})"
-    if abs(expected) < decisive_change(floor, band):
-        return False, (f"the expected change is too small to tell a good merge from a half or double one ({nums}; "
-                       f"needs {decisive_change(floor, band):.1e}): raise SMOKE_LR")
-    if abs(expected) > slack and (engine_delta > 0) != (expected > 0):
-        return False, f"engine moved against the trainer ({nums}): a merge with the wrong sign?"
-    if abs(engine_delta - expected) > band * abs(expected) + slack:
-        return False, (f"engine change {engine_delta / expected if expected else float('inf'):.2f}x the expected "
-                       f"({nums}; band ±{band:g}): a merge on the wrong shard or with the wrong scale?")
-    return True, nums
+def _norm(v: list[float]) -> float:
+    return math.sqrt(sum(x * x for x in v))
 
 
-def recipe_change(trainer_delta: float, kept_at_recipe: float, scale: float) -> float:
-    """The engine change the recipe's LR would make after RECIPE_STEPS steps: the smoke's trainer change scaled
-    by `scale` = (recipe LR x RECIPE_STEPS) / (smoke LR x steps so far), times the share of that smaller update
-    that survives bf16 rounding of the real weights (`kept_at_recipe`). Linear in the update (first order)."""
-    return kept_at_recipe * scale * trainer_delta
-
-
-def probe_stats(engine_base: list[float], engine_now: list[float], trainer_base: float, trainer_now: float,
-                floor: float, kept: float) -> dict[str, float]:
-    """The metrics row of one sync: the engine farthest from the expected change is the one logged."""
-    trainer_delta = trainer_now - trainer_base
-    deltas = [b - a for a, b in zip(engine_base, engine_now, strict=True)]
-    worst = max(deltas, key=lambda d: abs(d - kept * trainer_delta))
+def compare(engine_delta: list[float], trainer_delta: list[float], kept: float) -> dict[str, float]:
+    """One engine's per-token change E against the expected X = kept·T: the scalars judge_sync reads."""
+    x = [kept * t for t in trainer_delta]
+    diff = _norm([e - xi for e, xi in zip(engine_delta, x, strict=True)])
+    en, xn = _norm(engine_delta), _norm(x)
+    dot = sum(e * xi for e, xi in zip(engine_delta, x, strict=True))
     return {
-        "lora_sync_probe_logprob": sum(engine_now) / len(engine_now),
-        "lora_sync_probe_delta": min(abs(d) for d in deltas),
-        "lora_sync_probe_engine_delta": worst,
-        "lora_sync_probe_trainer_delta": trainer_delta,
-        "lora_sync_probe_floor": floor,
+        "lora_sync_probe_engine_delta": sum(engine_delta) / len(engine_delta),
+        "lora_sync_probe_trainer_delta": sum(trainer_delta) / len(trainer_delta),
+        "lora_sync_probe_engine_norm": en,
+        "lora_sync_probe_expected_norm": xn,
+        "lora_sync_probe_trainer_norm": _norm(trainer_delta),
+        "lora_sync_probe_rel_error": diff / xn if xn > 0 else math.inf,
+        "lora_sync_probe_cosine": dot / (en * xn) if en > 0 and xn > 0 else 0.0,
+        "lora_sync_probe_tokens": float(len(engine_delta)),
         "lora_sync_kept_share": kept,
     }
 
 
-def trainer_logprob(model, ids: list[int], device) -> float:
-    """The trainer's mean log-prob of the probe's tokens (after the first), as the engine's prompt_logprobs
-    give them; a forward every ZeRO-3 rank must make together."""
+def slack(floor: float, tokens: float) -> float:
+    """The absolute allowance on ||E − X||: per token 3x the floor plus the trainer's bf16 step, over n tokens."""
+    return (PROBE_FLOOR_FACTOR * floor + TRAINER_QUANTUM) * math.sqrt(tokens)
+
+
+def decisive_norm(floor: float, tokens: float, band: float = PROBE_BAND) -> float:
+    """The smallest ||X|| at which a merge of half or twice the right size (||E − X|| = ||X||/2 or more) falls
+    outside the band: (0.5 − band)·||X|| must exceed the slack."""
+    return slack(floor, tokens) / (0.5 - band)
+
+
+def judge_sync(row: dict[str, float], band: float = PROBE_BAND) -> tuple[bool, str]:
+    """(passed, reason) for one sync from its `compare` scalars plus `lora_sync_probe_floor`."""
+    floor, n = row.get("lora_sync_probe_floor", 0.0), row["lora_sync_probe_tokens"]
+    en, xn, rel = row["lora_sync_probe_engine_norm"], row["lora_sync_probe_expected_norm"], row[
+        "lora_sync_probe_rel_error"]
+    nums = (f"engine {row['lora_sync_probe_engine_delta']:+.2e}/token, trainer "
+            f"{row['lora_sync_probe_trainer_delta']:+.2e} x kept {row['lora_sync_kept_share']:.2f}; "
+            f"||E-X||/||X|| {rel:.2f}, cos {row['lora_sync_probe_cosine']:+.2f}, {n:.0f} tokens")
+    if en == 0.0 or en <= PROBE_FLOOR_FACTOR * floor * math.sqrt(n):
+        return False, f"engine did not move ({nums}; floor {floor:.1e})"
+    if xn < decisive_norm(floor, n, band):
+        return False, (f"the expected change is too small to tell a good merge from a half or double one "
+                       f"({nums}; ||X|| {xn:.1e} < {decisive_norm(floor, n, band):.1e}): raise SMOKE_LR")
+    if row["lora_sync_probe_cosine"] < 0:
+        return False, f"engine moved against the trainer ({nums}): a merge with the wrong sign?"
+    if rel * xn > band * xn + slack(floor, n):
+        return False, f"engine change off the trainer's ({nums}; band {band:g}): wrong shard or wrong scale?"
+    return True, nums
+
+
+def recipe_change(trainer_norm: float, kept_at_recipe: float, scale: float) -> float:
+    """||X|| the recipe's LR would make after RECIPE_STEPS steps: the smoke's trainer change scaled by `scale` =
+    (recipe LR x RECIPE_STEPS) / (smoke LR x steps so far), times the share of that smaller update that survives
+    bf16 rounding of the real weights (`kept_at_recipe`). Linear in the update (first order)."""
+    return kept_at_recipe * scale * trainer_norm
+
+
+def probe_stats(engine_base: list[list[float]], engine_now: list[list[float]], trainer_base: list[float],
+                trainer_now: list[float], floor: float, kept: float) -> dict[str, float]:
+    """The metrics row of one sync: the engine farthest from the expected change is the one logged."""
+    trainer_delta = [b - a for a, b in zip(trainer_base, trainer_now, strict=True)]
+    rows = [compare([b - a for a, b in zip(base, now, strict=True)], trainer_delta, kept)
+            for base, now in zip(engine_base, engine_now, strict=True)]
+    worst = max(rows, key=lambda r: r["lora_sync_probe_rel_error"])
+    means = [sum(now) / len(now) for now in engine_now]
+    deltas = [abs(r["lora_sync_probe_engine_delta"]) for r in rows]
+    return {**worst, "lora_sync_probe_logprob": sum(means) / len(means), "lora_sync_probe_delta": min(deltas),
+            "lora_sync_probe_floor": floor}
+
+
+def trainer_logprobs(model, ids: list[int], device) -> list[float]:
+    """The trainer's log-prob of each probe token after the first, as the engine's prompt_logprobs give them;
+    a forward every ZeRO-3 rank must make together."""
     import torch
 
     with torch.no_grad():
         x = torch.tensor([ids], device=device)
         logits = model(input_ids=x, attention_mask=torch.ones_like(x)).logits.float()
         lp = torch.log_softmax(logits[0, :-1], dim=-1).gather(-1, x[0, 1:, None])
-    return float(lp.mean())
-
-
-def run_to_run_floor(first: list[float], second: list[float]) -> float:
-    """The probe's floor: the largest change of any engine between two scorings with nothing changed."""
-    return max(abs(b - a) for a, b in zip(first, second, strict=True))
+    return lp[:, 0].tolist()
 
 
 def kept_scales(recipe_lr: float, smoke_lr: float, steps_so_far: int) -> list[float]:

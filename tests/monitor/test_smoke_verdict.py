@@ -1,8 +1,9 @@
 """rft/monitor/smoke_verdict.py: the SMOKE=1 run's PASS/FAIL verdict on metrics logs.
 
-The probe numbers are generated: a trainer change T, a kept share ρ and an engine change ρT·(1 + e) with e
-drawn inside the band (a good merge), or the planted faults' engine changes (wrong sign: -ρT; wrong scale:
-2ρT or ρT/2; wrong shard at TP 2: one half of the change right, the other half's contribution lost)."""
+The probe's numbers are generated per token: a trainer change T, a kept share k, the expected X = k·T and an
+engine change E = X + noise inside the band (a good merge), or a planted fault's: wrong sign -X; wrong scale 2X
+or X/2; wrong shard at TP 2: the right rank's half of the heads' contribution plus the other half misplaced, a
+vector uncorrelated with T (rft.train.sync_probe.compare turns them into the logged scalars)."""
 
 from __future__ import annotations
 
@@ -16,19 +17,30 @@ import pytest
 
 from rft.launch.supervise import RELAUNCH_FILE, TIMED_OUT
 from rft.monitor.smoke_verdict import GPU_FILE, KL_BOUND, checks, verdict
-from rft.train.sync_probe import PROBE_BAND, decisive_change
+from rft.train.sync_probe import PROBE_BAND, compare, decisive_norm
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOOR = 1e-4
+TOKENS = 40
 
 
-def row(step: int, engine_factor: float = 1.0, trainer: float | None = None, kept: float = 0.8, **kw) -> dict:
-    """One step's metrics; the engine's probe change is engine_factor x the expected kept·trainer change."""
-    t = 0.03 * step if trainer is None else trainer
+def vec(rng: random.Random, size: float) -> list[float]:
+    """A per-token change of rms `size`, with a mean of the same order."""
+    return [size * (0.5 + rng.gauss(0, 1)) for _ in range(TOKENS)]
+
+
+def probe(engine: list[float], trainer: list[float], kept: float) -> dict:
+    return {**compare(engine, trainer, kept), "lora_sync_probe_floor": FLOOR}
+
+
+GOOD_T = vec(random.Random(0), 0.02)
+
+
+def row(step: int, engine_factor: float = 1.0, kept: float = 0.8, **kw) -> dict:
+    """One step's metrics; the engine's probe change is engine_factor x the expected kept·T."""
     base = {"global_step": step, "timestamp": 1000.0 + 60 * step, "vllm_kl": 2e-4, "lora_sync_modules": 96.0,
-            "lora_sync_expected_modules": 96.0, "lora_sync_seconds": 1.5, "lora_sync_probe_delta": 0.02,
-            "lora_sync_probe_trainer_delta": t, "lora_sync_probe_engine_delta": engine_factor * kept * t,
-            "lora_sync_kept_share": kept, "lora_sync_probe_floor": FLOOR}
+            "lora_sync_expected_modules": 96.0, "lora_sync_seconds": 1.5,
+            **probe([engine_factor * kept * t for t in GOOD_T], GOOD_T, kept)}
     return {**base, **kw}
 
 
@@ -52,25 +64,27 @@ def test_a_good_run_passes(tmp_path):
 def test_generated_good_merges_pass_and_planted_faults_fail(seed):
     rng = random.Random(seed)
     kept = rng.uniform(0.05, 1.0)
-    trainer = rng.choice([-1, 1]) * rng.uniform(1.5, 30.0) * decisive_change(FLOOR) / kept  # decisive
-    inside = rng.uniform(-0.9, 0.9) * PROBE_BAND
-    assert probe_ok([row(1, 1 + inside, trainer, kept), row(2, 1, trainer, kept), row(3, 1, trainer, kept)])
+    rms = rng.uniform(1.5, 30.0) * decisive_norm(FLOOR, TOKENS) / (kept * TOKENS ** 0.5)  # decisive
+    trainer = vec(rng, rms)
+    x = [kept * t for t in trainer]
+    noise = vec(rng, 1.0)
+    scale = 0.9 * PROBE_BAND * sum(v * v for v in x) ** 0.5 / sum(v * v for v in noise) ** 0.5
+    good = [xi + scale * n for xi, n in zip(x, noise, strict=True)]  # ||E - X|| = 0.9 band ||X||
+    rest = [row(2), row(3)]
+    assert probe_ok([{**row(1), **probe(good, trainer, kept)}, *rest])
     for fault in (-1.0, 2.0, 0.5):  # wrong sign, scaling applied twice, scaling left out (alpha/r = 2)
-        assert not probe_ok([row(1, fault, trainer, kept), row(2, 1, trainer, kept), row(3, 1, trainer, kept)])
-    # wrong shard at TP 2: one rank merges the other's rows, so about half the change lands and the misplaced
-    # half adds a term uncorrelated with the trainer's, zero on average (here up to ±5% of the change)
-    shard = 0.5 + rng.uniform(-0.05, 0.05)
-    assert not probe_ok([row(1, 1, trainer, kept), row(2, shard, trainer, kept), row(3, 1, trainer, kept)])
+        assert not probe_ok([{**row(1), **probe([fault * v for v in x], trainer, kept)}, *rest])
+    misplaced = vec(rng, rms * kept / 2)  # the other rank's heads on this rank's rows: uncorrelated with T
+    shard = [xi / 2 + m for xi, m in zip(x, misplaced, strict=True)]
+    assert not probe_ok([{**row(1), **probe(shard, trainer, kept)}, *rest])
 
 
 def test_an_engine_that_never_moved_fails_and_the_floor_counts():
     assert not probe_ok([row(1, 0.0), row(2), row(3)])  # the adapter never arrived
-    # a change of 2x the floor is noise, whatever the trainer says
-    tiny = row(1, trainer=2 * FLOOR, kept=1.0)
-    assert not probe_ok([tiny, row(2), row(3)])
-    assert not checks({1: row(1, lora_sync_probe_floor=0.02), 2: row(2), 3: row(3)})[2][1]  # floor above it all
+    assert not checks({1: row(1, lora_sync_probe_floor=0.05), 2: row(2), 3: row(3)})[2][1]  # floor above it all
     # an update too small to tell a good merge from a half one: not a PASS, and it says what to do
-    small = checks({1: row(1, trainer=decisive_change(FLOOR) / 2, kept=1.0), 2: row(2), 3: row(3)})[2]
+    tiny = [t * 0.1 for t in GOOD_T]
+    small = checks({1: {**row(1), **probe(tiny, tiny, 1.0)}, 2: row(2), 3: row(3)})[2]
     assert not small[1] and "raise SMOKE_LR" in small[2]
 
 
@@ -102,7 +116,9 @@ def test_the_recipe_lr_statement(tmp_path):
     # 0.1% of the recipe's smaller update survives bf16: the engine keeps serving the base model
     _, text = verdict(write(tmp_path, [row(1, lora_sync_recipe_kept=1e-3, **recipe), row(2), row(3)]))
     assert "WARN  the recipe's learning rate 5e-07 does NOT move the served policy within 10 steps" in text
-    _, text = verdict(write(tmp_path, [row(1, trainer=2.0, lora_sync_recipe_kept=0.9, **recipe), row(2), row(3)]))
+    big = [100 * t for t in GOOD_T]  # a trainer change 100x larger: 5% of it clears the floor
+    _, text = verdict(write(tmp_path, [{**row(1), **probe(big, big, 1.0), "lora_sync_recipe_kept": 0.9, **recipe},
+                                       row(2), row(3)]))
     assert "note  the recipe's learning rate 5e-07 moves the served policy within 10 steps" in text
 
 
@@ -127,3 +143,4 @@ def test_the_cli_exit_status(tmp_path):
                          cwd=ROOT)
     assert res.returncode == 1 and res.stdout.strip().endswith("SMOKE FAIL")
     assert "step 1: FAIL engine moved against the trainer" in res.stdout and "wrong sign" in res.stdout
+    assert "step 2: ok" in res.stdout

@@ -76,3 +76,27 @@ def test_progress_watch_in_a_rollout_loop():
 
 def test_unset_timeout_is_the_default():
     assert resolve_timeout(None) == DEFAULT_TIMEOUT_S >= 300 and resolve_timeout(90) == 90.0
+
+
+class Ref:
+    """An ObjectRef stand-in: ray.wait hands back new objects equal by hex(), as Ray's may."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def hex(self) -> str:
+        return self.name
+
+
+def test_refs_are_matched_by_hex_not_identity():
+    refs = [Ref("a"), Ref("b")]
+    done: set[str] = set()
+    t = [0.0]
+
+    def wait(pending, num_returns, timeout):
+        t[0] += timeout
+        done.add("a")
+        return ([Ref(r.name) for r in pending if r.name in done], [Ref(r.name) for r in pending if r.name not in done])
+
+    with pytest.raises(EngineTimeout, match="no answer from engine b for"):
+        gather(refs, ["engine a", "engine b"], "sleep", 30, wait=wait, get=lambda r: r, clock=lambda: t[0])

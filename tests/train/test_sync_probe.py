@@ -6,17 +6,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from rft.train.sync_probe import mean_prompt_logprob
+from rft.train.sync_probe import prompt_logprobs
 
 
-def test_mean_prompt_logprob_reads_the_prompt_tokens_own_logprobs():
+def test_prompt_logprobs_reads_the_prompt_tokens_own_logprobs():
     lp = SimpleNamespace
     out = SimpleNamespace(prompt_token_ids=[5, 7, 9],
                           prompt_logprobs=[None, {7: lp(logprob=-1.0), 3: lp(logprob=-0.1)}, {9: lp(logprob=-3.0)}])
-    assert mean_prompt_logprob(out) == -2.0
+    assert prompt_logprobs(out) == [-1.0, -3.0]
 
 
 def test_a_probe_without_prompt_logprobs_is_an_error():
     out = SimpleNamespace(prompt_token_ids=[5, 7], prompt_logprobs=[None, None])
     with pytest.raises(ValueError, match="without prompt log-probs"):
-        mean_prompt_logprob(out)
+        prompt_logprobs(out)
