@@ -39,13 +39,16 @@ class ProgressWatch:
         self.what, self.timeout, self.clock = what, resolve_timeout(timeout), clock
         self.last = clock()
 
-    def check(self, answered: int, silent: Sequence[str]) -> None:
-        """After one wait: `answered` calls came back, `silent` names the engines still outstanding."""
+    def check(self, answered: int, silent: Sequence[str] | Callable[[], Sequence[str]]) -> None:
+        """After one wait: `answered` calls came back; `silent` names the engines still outstanding (or a
+        function that does, called only on a timeout)."""
         now = self.clock()
         if answered:
             self.last = now
-        elif silent and self.timeout > 0 and now - self.last >= self.timeout:
-            raise EngineTimeout(silent_message(self.what, silent, now - self.last))
+        elif self.timeout > 0 and now - self.last >= self.timeout:
+            names = silent() if callable(silent) else silent
+            if names:
+                raise EngineTimeout(silent_message(self.what, names, now - self.last))
 
 
 def gather(refs: Sequence[Any], names: Sequence[str], what: str, timeout: float | None, *,
@@ -78,3 +81,9 @@ def engine_names(engines: Sequence[Any]) -> list[str]:
         actor_id = getattr(getattr(engine, "_actor_id", None), "hex", None)
         out.append(f"engine {i}" + (f" (actor {actor_id()[:12]})" if callable(actor_id) else ""))
     return out
+
+
+def silent_engines(pending: Sequence[Any], engine_of: dict, engines: Sequence[Any]) -> list[str]:
+    """The names of the engines the `pending` refs wait on (`engine_of`: ref_key -> engine index)."""
+    names = engine_names(engines)
+    return sorted({names[engine_of[ref_key(r)]] for r in pending})

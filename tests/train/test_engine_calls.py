@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from rft.train.engine_calls import DEFAULT_TIMEOUT_S, EngineTimeout, ProgressWatch, gather, resolve_timeout
+from rft.train.engine_calls import (
+    DEFAULT_TIMEOUT_S,
+    EngineTimeout,
+    ProgressWatch,
+    gather,
+    ref_key,
+    resolve_timeout,
+    silent_engines,
+)
 
 
 class FakeRay:
@@ -28,6 +36,16 @@ class FakeRay:
     def get(self, refs):
         assert all(r in self.done for r in refs)
         return [f"answer of {r}" for r in refs]
+
+
+class Ref:
+    """An ObjectRef stand-in: ray.wait hands back new objects equal by hex(), as Ray's may."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def hex(self) -> str:
+        return self.name
 
 
 def _gather(fake: FakeRay, refs, timeout):
@@ -71,21 +89,13 @@ def test_progress_watch_in_a_rollout_loop():
     watch.check(0, ["engine 0", "engine 1"])
     t[0] += 1
     with pytest.raises(EngineTimeout, match="engine 0, engine 1 for 30 s"):
-        watch.check(0, ["engine 0", "engine 1"])
+        refs = [Ref("r0"), Ref("r1"), Ref("r2")]
+        engine_of = {ref_key(r): i for r, i in zip(refs, (1, 0, 1), strict=True)}
+        watch.check(0, lambda: silent_engines(refs, engine_of, [None, None]))
 
 
 def test_unset_timeout_is_the_default():
     assert resolve_timeout(None) == DEFAULT_TIMEOUT_S >= 300 and resolve_timeout(90) == 90.0
-
-
-class Ref:
-    """An ObjectRef stand-in: ray.wait hands back new objects equal by hex(), as Ray's may."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def hex(self) -> str:
-        return self.name
 
 
 def test_refs_are_matched_by_hex_not_identity():
