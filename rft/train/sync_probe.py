@@ -53,6 +53,12 @@ def prompt_logprobs(output) -> list[float]:
     return [lps[i][ids[i]].logprob for i in range(1, len(ids))]
 
 
+def mean_prompt_logprob(output) -> float:
+    """Mean of `prompt_logprobs` (ppo_actor.patch's probe; smoke_checks.patch compares token by token)."""
+    values = prompt_logprobs(output)
+    return sum(values) / len(values)
+
+
 def kept_share(reports: list[dict], index: int = 0) -> float:
     """The share of ΔW that survived rounding into the engine's weights, summed over every worker's shard
     (`kept[index]` of the merge reports: (<realized, ΔW>, ||ΔW||²)); 1.0 where no worker reported it."""
