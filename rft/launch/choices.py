@@ -111,7 +111,7 @@ def resume_flags(env: dict[str, str], argv: list[str], smoke: bool) -> tuple[lis
     ckpt = flag_value(argv, "--ckpt_path")
     latest = Path(ckpt) / "_actor" / "latest" if ckpt else None
     if smoke:
-        return [], "resume: no (a smoke run starts fresh)"
+        return [], "resume: no (a smoke run starts fresh; it saves at SMOKE_RESUME_STEP and relaunches once to resume)"
     if not wanted:
         return [], "resume: no (RESUME=0)"
     if latest is None or not latest.is_file():

@@ -26,7 +26,8 @@ from rft.launch.openrlhf_cli import FlagError, apply_negations, format_command, 
 from rft.launch.record import build_record, chat_date, git_state, tag_attempt, write_run_record
 from rft.launch.removed import still_set
 from rft.launch.rules import PROFILES, Profile, run_checks, sft_gpus, smoke_mode
-from rft.launch.smoke import smoke_flags
+from rft.launch.smoke import relaunch_flags, smoke_flags, smoke_timeout
+from rft.launch.smoke import resume_step as smoke_resume_step
 from rft.launch.step_time import FIGURES_ENV, step_block
 from rft.launch.supervise import supervise
 from rft.provenance import REPO_ROOT, GitError
@@ -152,8 +153,12 @@ def _supervise(ns: argparse.Namespace, profile: Profile, rest: list[str], judge_
     child = [sys.executable, "-m", "rft.launch", "--profile", profile.name, "--supervised", "--repo", ns.repo,
              *([] if judge_live else ["--no-judge-check"]), "--", *rest]
     env = dict(os.environ)
+    smoke = smoke_mode()
+    k = smoke_resume_step() if smoke else 0
+    resume = (k, relaunch_flags(rest)) if k else None
+    deadline = smoke_timeout() if smoke else 0
     if not profile.cpu:
-        return supervise(profile, child, env, smoke=True)
+        return supervise(profile, child, env, smoke=True, resume=resume, deadline=deadline)
     metrics = Path(env["METRICS_LOG_DIR"])
     run_dir = Path(ns.run_dir) if ns.run_dir else metrics.parent
     try:
@@ -161,8 +166,9 @@ def _supervise(ns: argparse.Namespace, profile: Profile, rest: list[str], judge_
         with cpu_profile.private_ray(env) as address:
             env["RAY_ADDRESS"] = address
             cpu_profile.prepare_dirs(run_dir, env)
-            return supervise(profile, child, env, smoke_mode(),
-                             after=lambda status: cpu_profile.finish(status, run_dir, address, env))
+            return supervise(profile, child, env, smoke,
+                             after=lambda status: cpu_profile.finish(status, run_dir, address, env),
+                             resume=resume, deadline=deadline)
     except (subprocess.CalledProcessError, RuntimeError) as e:
         print(f"CPU profile: {e}", file=sys.stderr)
         return 1

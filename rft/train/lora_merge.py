@@ -239,7 +239,8 @@ class LoraMergeApplier:
     # -- applying ------------------------------------------------------------------------------------------
     @torch.no_grad()
     def apply(self, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """Write W0 + ΔW for every module; returns ``{"version", "modules", "params", "elements", "max_abs_delta"}``."""
+        """Write W0 + ΔW for every module; returns ``{"version", "modules", "params", "elements", "max_abs_delta"}``
+        and, for each scale c in the payload's optional ``kept_scales``, ``kept[i]`` = ``kept_sums`` at c."""
         mods = decode_payload(payload)
         shapes = {n: (b.shape[0], a.shape[1]) for n, (_, a, b) in mods.items()}
         if not self.placements:
@@ -254,6 +255,8 @@ class LoraMergeApplier:
         for name in mods:
             by_param.setdefault(self.placements[name].param, []).append(name)
         written, elements, max_abs = 0, 0, 0.0
+        scales = [float(c) for c in payload.get("kept_scales") or ()]
+        kept = [[0.0, 0.0] for _ in scales]
         for pname, names in by_param.items():
             param = self.params[pname]
             acc = self.pristine[pname].to(param.device, torch.float32, copy=True)
@@ -267,6 +270,10 @@ class LoraMergeApplier:
                 elements += delta.numel()
                 max_abs = max(max_abs, float(delta.abs().max()) if delta.numel() else 0.0)
                 written += 1
+            for c, sums in zip(scales, kept, strict=True):
+                num, den = kept_sums(self.pristine[pname].to(param.device), acc, c)
+                sums[0] += num
+                sums[1] += den
             param.data.copy_(acc.to(param.dtype))
         if written != payload["num_modules"]:
             raise LoraSyncError(f"updated {written} modules, payload declares {payload['num_modules']}")
@@ -276,11 +283,22 @@ class LoraMergeApplier:
             "params": len(by_param),
             "elements": elements,
             "max_abs_delta": max_abs,
+            **({"kept": kept} if scales else {}),
         }
 
 
 # ----------------------------------------------------------------------------------------------------------
 # bf16 rounding
+
+
+def kept_sums(w0: torch.Tensor, merged_exact: torch.Tensor, scale: float = 1.0) -> tuple[float, float]:
+    """(<round(W0 + cΔW) - W0, cΔW>, ||cΔW||²) with ΔW = merged_exact - W0: their ratio is the share of the
+    update (scaled by c) that survives rounding into W0's dtype (the probe's expected engine change, in
+    rft.train.sync_probe); sums over parameters and TP shards add up."""
+    w0f = w0.float()
+    d = (merged_exact.float() - w0f).mul_(scale)
+    realized = (w0f + d).to(w0.dtype).float() - w0f
+    return float((realized * d).sum()), float((d * d).sum())
 
 
 def bf16_rounding_report(w0: torch.Tensor, delta: torch.Tensor) -> dict[str, float]:

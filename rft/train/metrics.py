@@ -44,6 +44,7 @@ from rft.train.numbers import scalar
 from rft.train.prompt_filter import STEP_KEYS as PROMPT_FILTER_KEYS
 from rft.train.robust_rewards import BATCH_KEYS
 from rft.train.step_timer import KEYS as STEP_TIME_KEYS
+from rft.train.sync_probe import PROBE_KEYS
 from rft.train.token_stats import KEYS as TOKEN_STAT_KEYS
 
 METRICS_FILE = "training_metrics.jsonl"
@@ -106,12 +107,12 @@ KNOWN_KEYS = (
     "lora_sync_modules",
     "lora_sync_expected_modules",
     "lora_sync_skipped",
-    "lora_sync_probe_logprob",
-    "lora_sync_probe_delta",
     # rft: where the step's wall time goes, tokens/s, response-length tail (rft.train.step_timer)
     *STEP_TIME_KEYS,
     # rft: --async_train: how many optimizer steps the rollouts lag the policy (the async queue size; levers.patch)
     "rollout_lag",
+    # rft: the smoke's sync probe, trainer vs engine (rft.train.sync_probe)
+    *PROBE_KEYS,
 )
 """Metric keys the patched trainer may write; eval keys (`eval_*`) come on top of these."""
 

@@ -1,6 +1,7 @@
 """SMOKE=1 on the CPU profile: the same code path as `SMOKE=1 bash train_grpo_20b.sh` (the launcher's smoke
-recipe, the sync probe in the patched actor, the verdict), on the tiny model. With the sync it must PASS; with
-the sync skipped (--vllm_sync_lora_skip: the adapter never reaches vLLM) it must FAIL."""
+recipe, the sync probe in the patched actor, the save at step 1 and the relaunch that resumes, the verdict), on the
+tiny model. With the sync it must PASS; with the sync skipped (--vllm_sync_lora_skip: the adapter never reaches
+vLLM) it must FAIL."""
 
 from __future__ import annotations
 
@@ -47,11 +48,16 @@ def test_smoke_passes_with_the_sync_and_fails_without_it(tmp_path, inputs):
     assert rc == 0 and lines[-1] == "SMOKE PASS", out[-6000:]
     assert (tmp_path / "cpu-sync-smoke" / "metrics" / "training_metrics.jsonl").is_file()  # its own directories
     assert any("PASS  every targeted module synced at every step: 3 step(s)" in ln for ln in lines)
+    assert any(ln.startswith("  PASS  the engine's probe change reproduces the trainer's") for ln in lines)
+    assert any(ln.startswith("  PASS  the relaunch resumed from the step-1 DeepSpeed checkpoint") for ln in lines)
+    assert any("(before any sync, the floor)" in ln for ln in lines)
     assert any(ln.startswith("  info  sync seconds: ") for ln in lines)
 
-    rc, out = smoke(tmp_path, inputs, "cpu-nosync", "--vllm_sync_lora_skip")
+    # the sync-off run in one launch (SMOKE_RESUME_STEP=0): the resume is the first run's to show
+    rc, out = smoke(tmp_path, inputs, "cpu-nosync", "--vllm_sync_lora_skip", SMOKE_RESUME_STEP="0")
     lines = verdict_lines(out)
     print("\n".join(lines))
     assert rc == 1 and lines[-1] == "SMOKE FAIL", out[-6000:]
     assert any(ln.startswith("  FAIL  every targeted module synced") and "sync skipped" in ln for ln in lines)
-    assert any(ln.startswith("  FAIL  probe log-prob moved") for ln in lines)
+    assert any(ln.startswith("  FAIL  the engine's probe change reproduces the trainer's") and "did not move" in ln
+               for ln in lines)

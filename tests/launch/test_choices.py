@@ -64,7 +64,8 @@ def test_resume_only_from_a_complete_save(tmp_path):
     flags, line = resume_flags({}, argv, smoke=False)
     assert flags == ["--load_checkpoint"] and line == f"resume: resuming from {tmp_path / '_actor'} (global_step15)"
     assert resume_flags({"RESUME": "0"}, argv, smoke=False)[0] == []
-    assert resume_flags({}, argv, smoke=True) == ([], "resume: no (a smoke run starts fresh)")
+    assert resume_flags({}, argv, smoke=True) == ([], "resume: no (a smoke run starts fresh; it saves at "
+                                                      "SMOKE_RESUME_STEP and relaunches once to resume)")
     with pytest.raises(ChoiceError, match="RESUME=yes: expected 0 or 1"):
         resume_flags({"RESUME": "yes"}, argv, smoke=False)
 

@@ -587,9 +587,10 @@ def test_gpu_scripts_log_the_gap_and_smoke_dry_run_shows_the_smoke_layout(name, 
     res = run_script(name, {**env, "SMOKE": "1"}, "--dry-run")
     assert res.returncode == 0, res.stderr
     argv, a = parsed_command(res.stdout, patched_root, monkeypatch)
-    assert (a.max_samples, a.eval_steps, a.save_steps, a.actor_learning_rate) == (3 * a.rollout_batch_size, -1, -1,
-                                                                                   1e-4)
+    # the first launch: to the resume step (1), saved there; the supervisor relaunches with --load_checkpoint
+    assert (a.max_samples, a.eval_steps, a.save_steps, a.actor_learning_rate) == (a.rollout_batch_size, -1, 1, 1e-4)
     assert a.lora_sync_probe and a.enable_vllm_is_correction and "--load_checkpoint" not in argv
+    assert a.vllm_call_timeout == 300 and a.lora_sync_probe_recipe_lr < 1e-4  # the recipe's own LR
     # the recipe's layout and engines are kept
     assert (a.vllm_num_engines, a.vllm_tensor_parallel_size, a.actor_num_gpus_per_node) == (2, 2, 4)
     assert a.ckpt_path.endswith("-smoke") and "smoke run: " in res.stderr and "no attempt tag" in res.stderr

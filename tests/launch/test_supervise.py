@@ -141,3 +141,37 @@ def test_a_plain_supervised_run_returns_the_childs_status_without_a_verdict(tmp_
     rc = supervise.supervise(PROFILES["cpu"], [sys.executable, "-c", "raise SystemExit(5)"], env, smoke=False,
                              module=stand_in(log))
     assert rc == 5 and not log.exists()
+
+
+def test_a_smoke_relaunches_once_and_records_where_the_relaunch_starts(tmp_path):
+    """The first launch logs step 1; the relaunch (flags appended) logs steps 2-3; RELAUNCH_FILE says where."""
+    metrics = tmp_path / "metrics"
+    log = tmp_path / "calls.jsonl"
+    code = ("import json, sys\nsteps = [2, 3] if '--load_checkpoint' in sys.argv else [1]\n"
+            f"open({str(metrics / 'training_metrics.jsonl')!r}, 'a').write(''.join(json.dumps({{'global_step': s}})"
+            " + '\\n' for s in steps))")
+    env = {**os.environ, "METRICS_LOG_DIR": str(metrics), "RFT_STOP_GRACE": "5"}
+    rc = supervise.supervise(PROFILES["20b"], [sys.executable, "-c", code], env, smoke=True, module=stand_in(log),
+                             resume=(1, ["--max_samples", "48", "--load_checkpoint"]))
+    marker = json.loads((metrics / supervise.RELAUNCH_FILE).read_text())
+    assert rc == 0 and marker == {"resumed_from": 1, "offset": len('{"global_step": 1}\n'), "status": 0}
+    lines = (metrics / "training_metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["global_step"] for x in lines] == [1, 2, 3]
+
+
+def test_a_failed_first_launch_is_not_relaunched(tmp_path):
+    log = tmp_path / "calls.jsonl"
+    env = {**os.environ, "METRICS_LOG_DIR": str(tmp_path / "m")}
+    rc = supervise.supervise(PROFILES["20b"], [sys.executable, "-c", "raise SystemExit(3)"], env, smoke=True,
+                             module=stand_in(log), resume=(1, ["--load_checkpoint"]))
+    assert rc == 1 and not (tmp_path / "m" / supervise.RELAUNCH_FILE).exists()
+    assert json.loads(log.read_text().splitlines()[-1])[-1] == "3"
+
+
+def test_a_smoke_past_its_deadline_is_stopped_and_fails_timed_out(tmp_path):
+    log = tmp_path / "calls.jsonl"
+    env = {**os.environ, "METRICS_LOG_DIR": str(tmp_path / "m"), "RFT_STOP_GRACE": "5"}
+    rc = supervise.supervise(PROFILES["20b"], [sys.executable, "-c", SLEEPER], env, smoke=True,
+                             module=stand_in(log), deadline=0.5)
+    assert rc == 1
+    assert json.loads(log.read_text().splitlines()[-1])[-2:] == ["--run-status", str(supervise.TIMED_OUT)]

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from rft.fixtures.vllm_layout import VllmLayoutLlama, param_holder, tp_logits
-from rft.train.lora_merge import LoraMergeApplier, bf16_rounding_report
+from rft.train.lora_merge import LoraMergeApplier, bf16_rounding_report, kept_sums
 from rft.train.lora_payload import (
     PAYLOAD_FORMAT,
     LoraSyncError,
@@ -558,3 +558,29 @@ def test_a_swap_within_one_row_is_refused_even_where_the_random_probe_holds_equa
     with pytest.raises(LoraSyncError, match=r"not a plain row/column narrowing \(cannot merge\)"):
         LoraMergeApplier(m).apply(_payload_for(*_adapter(*shape)))
     assert all(torch.equal(p, before[n]) for n, p in m.named_parameters())
+
+
+def test_kept_sums_measure_what_survives_bf16_and_add_over_shards():
+    w0 = torch.full((4, 8), 0.02, dtype=torch.bfloat16)  # ulp 2^-13 at 0.02: half an ulp is 6.1e-5
+    small = w0.float() + 1e-5  # below half an ulp: all lost
+    num, den = kept_sums(w0, small)
+    assert num == 0.0 and den == pytest.approx(32 * 1e-10)
+    large = w0.float() + 1e-2  # far above: kept to within rounding
+    num, den = kept_sums(w0, large)
+    assert num / den == pytest.approx(1.0, abs=0.01)
+    # scale c: the same update c times smaller, rounded again (the recipe LR's share)
+    assert kept_sums(w0, large, 1e-3)[0] == 0.0
+    # two shards add: their ratio is the share of the whole
+    n1, d1 = kept_sums(w0, small)
+    n2, d2 = kept_sums(w0, large)
+    assert (n1 + n2) / (d1 + d2) == pytest.approx(n2 / (d1 + d2))
+
+
+def test_apply_reports_the_kept_sums_only_when_asked():
+    m = _Loader(_copy_into(PA), dtype=torch.bfloat16)
+    a, b = _adapter(12, 5)
+    rep = LoraMergeApplier(m).apply(_payload_for(a, b))
+    assert "kept" not in rep
+    rep = LoraMergeApplier(m).apply({**_payload_for(a, b), "kept_scales": [1.0, 1e-6]})
+    (num, den), (num_small, _) = rep["kept"]
+    assert 0.9 < num / den <= 1.1 and num_small == 0.0

@@ -27,6 +27,7 @@ from rft.fixtures.vllm_engine import (
     offline_engine,
     payload_of,
     peft_model,
+    plant_wrong_shard,
     prompts,
     random_adapter,
     randomize_lora,
@@ -34,6 +35,7 @@ from rft.fixtures.vllm_engine import (
     zero_lora_b,
 )
 from rft.train.lora_payload import LoraSyncError, check_apply_results
+from rft.train.sync_probe import judge_sync, kept_share, probe_stats, run_to_run_floor, trainer_logprobs
 
 pytestmark = pytest.mark.vllm
 
@@ -41,6 +43,8 @@ TOL = {"float32": 1e-4, "bfloat16": 0.02}
 MIN_MOVE = {"float32": 0.1, "bfloat16": 0.1}  # >= 5x the bf16 tolerance, 1000x the fp32 one
 N_MODULES = 2 * 4  # 2 layers x q/k/v/o
 CASES = [("qwen2", "float32"), ("qwen2", "bfloat16"), ("gpt_oss", "bfloat16")]
+PROBE_LORA_SCALE = 0.08  # random A, B of this size move the tiny gpt-oss's probe by ~4e-2: clear of the
+# decisive change (1e-2), small enough to stay first order (the wrong sign gives about minus the change)
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +173,8 @@ def test_merge_sync_through_the_patched_engine_actor_msgpack_hop(patched_openrlh
 
 def test_merge_sync_tensor_parallel_2(patched_openrlhf, model_dirs, monkeypatch):
     """vLLM-CPU runs TP 2 on this 2-core machine (gloo, one worker process per rank): each rank's patched
-    WorkerWrap merges its own shard of the fused qkv_proj / row-parallel o_proj (gpt-oss, bf16)."""
+    WorkerWrap merges its own shard of the fused qkv_proj / row-parallel o_proj (gpt-oss, bf16); then the smoke's
+    probe check on the same engine fails planted bad merges (_smoke_probe_faults)."""
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # TP workers are processes anyway
     path = model_dirs[("gpt_oss", "bfloat16")]
     with offline_engine(path, "bfloat16", tensor_parallel_size=2, distributed_executor_backend="mp") as llm:
@@ -184,3 +189,47 @@ def test_merge_sync_tensor_parallel_2(patched_openrlhf, model_dirs, monkeypatch)
         got = vllm_logprobs(llm, batch)
         assert max_gap(got, hf_logprobs(model, batch)) < TOL["bfloat16"]
         assert max_gap(got, base) > MIN_MOVE["bfloat16"]
+        _smoke_probe_faults(llm, path)
+
+
+def _rescaled(payload, factor):
+    """The payload with every module's scaling multiplied by `factor` (a planted sign or scale fault)."""
+    return dict(payload, modules=[dict(m, scaling=m["scaling"] * factor) for m in payload["modules"]])
+
+
+def _smoke_probe_faults(llm, path) -> None:
+    """The smoke's probe check (rft.train.sync_probe.judge_sync) on a real TP-2 engine: the trainer (HF+PEFT,
+    bf16) and the engine score one prompt before and after a merge; the good merge passes, the same adapter
+    merged with the wrong sign, at twice its scale, or onto the other rank's shard fails."""
+    ids = prompts(4)[3]
+
+    def engine() -> list[list[float]]:
+        return [vllm_logprobs(llm, [ids])[0].tolist()]
+
+    model = peft_model(path, "bfloat16")
+    _sync(llm, payload_of(model, 10))  # B = 0: the engine serves the base model again
+    first = engine()
+    floor = run_to_run_floor(first, engine())
+    trainer_base = trainer_logprobs(model, ids, "cpu")
+    randomize_lora(model, torch.Generator().manual_seed(11), scale=PROBE_LORA_SCALE)
+    trainer_now = trainer_logprobs(model, ids, "cpu")
+    good = dict(payload_of(model, 11), kept_scales=[1.0])
+
+    def judged(payload) -> tuple[bool, str]:
+        kept = kept_share(check_apply_results(_sync(llm, payload), payload))
+        return judge_sync(probe_stats(first, engine(), trainer_base, trainer_now, floor, kept))
+
+    ok, why = judged(good)
+    print(f"probe floor {floor:.1e}; good merge: {why}")
+    assert ok, why
+    ok, why = judged(_rescaled(good, -1.0))
+    print(f"wrong sign: {why}")
+    assert not ok and "against the trainer" in why, why
+    ok, why = judged(_rescaled(good, 2.0))
+    print(f"twice the scale: {why}")
+    assert not ok and "wrong shard or wrong scale" in why, why
+    assert judged(good)[0]  # the good payload again: every merge starts from the pristine W0
+    assert sum(llm.collective_rpc(plant_wrong_shard)) > 0
+    ok, why = judged(good)
+    print(f"wrong shard: {why}")
+    assert not ok, why
