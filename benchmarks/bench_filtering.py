@@ -15,8 +15,13 @@ rollout_batch_size x n (filtered: the dropped groups were generated too; skipped
 Reported: uniform-group share of the rolled-out groups, rollout samples to each target eval pass@1, and each
 arm's pass@1 at the same sample budget.
 
-`python benchmarks/bench_filtering.py [--out runs/bench-filtering]` (5.5-7 min per seed on 2 busy cores, 19 min for
-the default 3 seeds).
+Each arm runs once per seed (--seeds N, default 5: seeds 42..46); the summary gives, per target, the ratio of the
+arms' mean samples with a 95% bootstrap interval (rft.eval.passk.ratio_ci, each arm resampled over its seeds) and
+whether 1.5x lies inside it. A run is reproducible at its seed (per-request vLLM seeds, docs/reproducibility.md):
+the interval is the spread across seeds, not across reruns of one.
+
+`python benchmarks/bench_filtering.py [--out runs/bench-filtering]` (5.5-7 min per seed, both arms, on 2 busy
+cores).
 """
 
 from __future__ import annotations
@@ -24,13 +29,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # rft from this checkout
+
+from rft.eval.passk import ratio_ci  # noqa: E402
+
+GOAL = 1.5  # the filtering goal: >= 1.5x fewer rollout samples to the same eval pass@1
 N = 8  # samples per prompt (train_grpo_cpu.sh)
 SPEC = {"rbs": 8, "tbs": 64, "micro_train": 32, "micro_rollout": 16}
 ARMS = {
@@ -137,21 +146,28 @@ def report(figs: dict, targets: list[float], mix: list[int], setup: str) -> str:
     return "\n".join(lines)
 
 
+def ratio_cell(baseline: list[float | None], filtered: list[float | None]) -> str:
+    """mean(baseline) / mean(filtered) over the seeds, its 95% interval and whether GOAL lies inside; "-" when
+    a run never reached the target (its sample count is unknown)."""
+    if not baseline or None in baseline or None in filtered:
+        return "- | - | -"
+    r, lo, hi = ratio_ci(baseline, filtered)
+    return f"{r:.2f}x | {lo:.2f}-{hi:.2f}x | {'yes' if lo <= GOAL <= hi else 'no'}"
+
+
 def summary(per_seed: dict[int, dict], targets: list[float]) -> str:
-    """Baseline / filtered rollout samples to each target, per seed and their median."""
+    """Baseline / filtered rollout samples to each target per seed; the ratio of the means with its 95% interval."""
     lines = ["| rollout samples to eval pass@1 (baseline / filtered) | "
-             + " | ".join(f"seed {s}" for s in per_seed) + " | median ratio |",
-             "|---|" + "---:|" * (len(per_seed) + 1)]
+             + " | ".join(f"seed {s}" for s in per_seed) + f" | ratio of means | 95% interval | {GOAL}x inside |",
+             "|---|" + "---:|" * (len(per_seed) + 3)]
     for t in targets:
-        cells, ratios = [], []
+        cells, base, filt = [], [], []
         for figs in per_seed.values():
             sb, sf = samples_to(figs["baseline"]["evals"], t), samples_to(figs["filtered"]["evals"], t)
-            cells.append(f"{sb if sb is None else f'{sb:.0f}'} / {sf if sf is None else f'{sf:.0f}'}"
-                         + (f" = {sb / sf:.2f}x" if sb and sf else ""))
-            ratios.append(sb / sf if sb and sf else None)
-        known = [r for r in ratios if r is not None]
-        median = f"{statistics.median(known):.2f}x" if len(known) == len(ratios) else "-"
-        lines.append(f"| >= {t:g} | " + " | ".join(cells) + f" | {median} |")
+            cells.append(f"{sb if sb is None else f'{sb:.0f}'} / {sf if sf is None else f'{sf:.0f}'}")
+            base.append(sb)
+            filt.append(sf)
+        lines.append(f"| >= {t:g} | " + " | ".join(cells) + f" | {ratio_cell(base, filt)} |")
     return "\n".join(lines)
 
 
@@ -169,9 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", default="1e-3",
                    help="actor learning rate of both arms (default 1e-3: learning takes several passes over the pool, "
                         "where the history acts; train_grpo_cpu.sh's 5e-3 learns within the first pass)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44],
-                   help="OpenRLHF's --seed: both arms run once per seed, in --out/seed-N (default 42 43 44); the "
-                        "summary gives each seed's ratios and their median")
+    p.add_argument("--seeds", type=int, default=5,
+                   help="runs per arm (default 5), one per seed (OpenRLHF's --seed) from --first-seed on, in "
+                        "--out/seed-N; the summary gives the ratio of the arms' means with its 95%% interval")
+    p.add_argument("--first-seed", type=int, default=42, help="the first seed (default 42)")
     p.add_argument("--filtered-rbs", type=int, default=2,
                    help="accepted prompt groups per optimizer step in the filtered arm (default 2: the teaching groups "
                         "in the baseline's 8 prompts at its ~75%% uniform share); --steps must be a multiple of "
@@ -191,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     setup = (f"{a.baseline_steps} (baseline) / {a.steps} (filtered) optimizer steps, lr {a.lr}; filtered arm: "
              f"{a.filtered_rbs} accepted groups per step, baseline: {SPEC['rbs']} prompts per step")
     per_seed = {}
-    for seed in a.seeds:
+    for seed in range(a.first_seed, a.first_seed + a.seeds):
         out = a.out / f"seed-{seed}"
         out.mkdir(exist_ok=True)
         figs, seconds = {}, {}

@@ -22,6 +22,11 @@ patches do not know about it. Each call site was shown necessary by switching it
   that synchronize, so the weight's gather could land after rank 0 loaded the checkpoint into it: about 1 load in
   4 left garbage (sometimes NaN) in a q/k/v_proj partition. Stand-in: DeepSpeed's own blocking per-parameter
   gather (`_allgather_params_sequential`).
+- vLLM 0.15.1's rewind of a seeded request's generator after a draw it discards (a chunked prefill's partial
+  step): `gen.set_offset(gen.get_offset() - 4)` in `GPUModelRunner._bookkeeping_sync`
+  (`vllm/v1/worker/gpu_model_runner.py:2875`), a CUDA (Philox) generator's call; a CPU generator raises "CPU
+  Generator does not use offset" and the engine dies at the first seeded rollout (request_seeds.patch).
+  Stand-in: the state of each such generator saved before the draw and restored instead.
 
 Not needed: `init_device_mesh("cuda")` (works on gloo), `torch.cuda.empty_cache` (a no-op without CUDA).
 NCCL is never reached: DeepSpeed picks its CPU accelerator and gloo by itself, and the LoRA sync goes
@@ -37,6 +42,7 @@ from collections.abc import Callable
 from types import ModuleType
 
 ZERO_PARAMS = "deepspeed.runtime.zero.partition_parameters"
+VLLM_RUNNER = "vllm.v1.worker.gpu_model_runner"
 
 
 class _CpuDeviceIndex(str):
@@ -135,9 +141,44 @@ def install_in_order_allgather(partition_parameters: ModuleType | None = None, s
         setattr_(module.Init, "_allgather_params_coalesced", _allgather_params_in_order)
 
 
+def _discarded_generators(runner) -> dict:
+    """The generators of the requests whose draw this step is discarded (index in the batch -> generator)."""
+    mask = runner.discard_request_mask.np[: runner.input_batch.num_reqs]
+    gens = runner.input_batch.generators
+    return {i: gens[i] for i in (int(j) for j in mask.nonzero()[0]) if i in gens}
+
+
+def install_cpu_generator_rewind(module: ModuleType | None = None, setattr_: Callable = setattr) -> None:
+    """Rewind a discarded draw of a seeded request by restoring its CPU generator's state (see the docstring)."""
+    runner = (module or importlib.import_module(VLLM_RUNNER)).GPUModelRunner
+    if getattr(runner._sample, "rft_rewind", False):
+        return
+    sample, bookkeeping = runner._sample, runner._bookkeeping_sync
+
+    def _sample(self, *args, **kwargs):
+        self.rft_generator_states = {i: g.get_state() for i, g in _discarded_generators(self).items()}
+        return sample(self, *args, **kwargs)
+
+    def _bookkeeping_sync(self, *args, **kwargs):
+        saved, gens = getattr(self, "rft_generator_states", {}), self.input_batch.generators
+        held = {i: gens.pop(i) for i in saved if i in gens}  # vLLM's set_offset loop finds none of them
+        try:
+            return bookkeeping(self, *args, **kwargs)
+        finally:
+            for i, gen in held.items():
+                gen.set_state(saved[i])
+                gens[i] = gen
+            self.rft_generator_states = {}
+
+    _sample.rft_rewind = True
+    setattr_(runner, "_sample", _sample)
+    setattr_(runner, "_bookkeeping_sync", _bookkeeping_sync)
+
+
 def install_on_import() -> None:
     """Install each stand-in now if its module is imported, else right after it is (importing nothing itself)."""
-    for name, hook in (("torch", install), (ZERO_PARAMS, install_in_order_allgather)):
+    for name, hook in (("torch", install), (ZERO_PARAMS, install_in_order_allgather),
+                       (VLLM_RUNNER, install_cpu_generator_rewind)):
         if name in sys.modules:
             hook(sys.modules[name])
         else:

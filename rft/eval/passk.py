@@ -74,6 +74,21 @@ def bootstrap_ci(
     return (float(np.quantile(means, alpha)), float(np.quantile(means, 1.0 - alpha)))
 
 
+def ratio_ci(
+    numer: Sequence[float], denom: Sequence[float], *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float, float]:
+    """mean(numer) / mean(denom) and its percentile bootstrap interval, each side resampled on its own (two
+    independent samples, e.g. one run per seed in each arm of an A/B)."""
+    a, b = np.asarray(numer, dtype=float), np.asarray(denom, dtype=float)
+    if a.size == 0 or b.size == 0:
+        return (float("nan"), float("nan"), float("nan"))
+    rng = np.random.default_rng(seed)
+    ratios = a[rng.integers(0, a.size, size=(n_boot, a.size))].mean(axis=1) / b[
+        rng.integers(0, b.size, size=(n_boot, b.size))].mean(axis=1)
+    alpha = (1.0 - level) / 2.0
+    return (float(a.mean() / b.mean()), float(np.quantile(ratios, alpha)), float(np.quantile(ratios, 1.0 - alpha)))
+
+
 def paired_bootstrap_ci(
     values: Sequence[float],
     baseline: Sequence[float],

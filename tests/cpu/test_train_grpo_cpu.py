@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from rft.monitor.reproduction import compare_metrics, compare_samples
 from rft.provenance import REPO_ROOT as ROOT
 from rft.train.mismatch import KEYS as MISMATCH_KEYS
 from rft.train.step_timer import PHASES, STEP_KEY, TIME_KEYS, phase_key
@@ -178,45 +179,65 @@ def test_eval_posthoc_vllm_and_monitor_check_on_the_final_adapter(runs, inputs, 
 
 
 @pytest.fixture(scope="module")
-def faulty_resumed(inputs, tmp_path_factory) -> dict:
-    """One SHORT run with a reward that raises now and then and two unlabelled rows, its driver SIGKILLed once its
-    step-8 checkpoint is written, then the same command relaunched to the end. The resume test and the fault test
-    read this one run (each a whole CPU run of its own would cost minutes more)."""
-    out = tmp_path_factory.mktemp("faulty-resumed")
-    prompts = out / "prompts.jsonl"
-    rows = [json.loads(x) for x in (inputs / "prompts.jsonl").read_text().splitlines()[:256]]
-    for i in (3, 77):  # under 1% of the rows: the launch check warns, the run counts them
-        del rows[i]["label"]
-    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    flags = [*SHORT, "--prompt_data", str(prompts)]
-    env = {"REWARD": str(ROOT / "tests" / "cpu" / "flaky_reward.py")}
-    proc = launch(out, inputs, "resume", *flags, **env)
-    ckpt = out / "resume" / "ckpt" / "_actor"
+def resumed(inputs, tmp_path_factory) -> dict:
+    """The command of runs["sync"] (same flags, same seed), its driver SIGKILLed once step 8 is written (its
+    checkpoint, then its eval), then the same command relaunched: it resumes from the step-8 checkpoint."""
+    out = tmp_path_factory.mktemp("resumed")
+    proc = launch(out, inputs, "resumed")
+    run_dir = out / "resumed"
+    ckpt = run_dir / "ckpt" / "_actor"
     try:
         deadline = time.time() + 900
-        while not (ckpt / "latest").exists() or (ckpt / "latest").read_text().strip() != "global_step8":
-            assert proc.poll() is None and time.time() < deadline, "no checkpoint at step 8"
+        while not (_latest(ckpt) == "global_step8" and _has_row(run_dir, "eval", 8)):  # the eval follows the save
+            assert proc.poll() is None and time.time() < deadline, "no checkpoint and eval at step 8"
             time.sleep(0.5)
-        time.sleep(1.0)
         driver = [p for p in _children(proc.pid) if "rft.launch" in p[1] or "train_ppo_ray" in p[1]]
         assert driver, "the training driver is not running"
         os.kill(driver[0][0], signal.SIGKILL)  # the driver dies; the script's trap stops Ray
         proc.wait(timeout=300)
     finally:
         stop_group(proc)
-    before = train_rows(out / "resume")
-    rc, log = run(out, inputs, "resume", *flags, **env)
-    return {"before": before, "rc": rc, "log": log, "rows": train_rows(out / "resume"), "ckpt": ckpt}
+    before = train_rows(run_dir)
+    rc, log = run(out, inputs, "resumed")
+    return {"before": before, "rc": rc, "log": log, "dir": run_dir, "ckpt": ckpt}
 
 
-def test_a_killed_run_resumes_at_its_last_checkpoint(faulty_resumed):
-    before, rows = faulty_resumed["before"], faulty_resumed["rows"]
-    assert before and before[-1]["global_step"] >= 8
-    assert faulty_resumed["rc"] == 0, faulty_resumed["log"][-6000:]
+def _latest(ckpt: Path) -> str | None:
+    """The tag DeepSpeed's `latest` names (written once the checkpoint is saved), None before the first."""
+    return (ckpt / "latest").read_text().strip() if (ckpt / "latest").exists() else None
+
+
+def _has_row(run_dir: Path, event: str, step: int) -> bool:
+    """Whether the run's metrics log holds the (event, step) row (whole lines only: the trainer appends lines)."""
+    path = run_dir / "metrics" / "training_metrics.jsonl"
+    lines = path.read_text().splitlines(keepends=True) if path.exists() else []
+    rows = [json.loads(x) for x in lines if x.endswith("\n")]
+    return any(r.get("event", "train") == event and r["global_step"] == step for r in rows)
+
+
+def test_two_runs_at_one_seed_write_the_same_metrics_and_samples(runs, resumed):
+    """Per-request vLLM seeds, the seeded prompt order, LoRA initialisation and replay shuffle: the same command
+    at the same seed writes the same numbers, bit for bit, in every key but the times (docs/reproducibility.md)."""
+    assert runs["sync"]["rc"] == 0 and resumed["rc"] == 0, resumed["log"][-6000:]
+    metrics = compare_metrics(resumed["dir"], runs["sync"]["dir"])
+    samples = compare_samples(resumed["dir"], runs["sync"]["dir"])
+    print(f"same seed: metrics {metrics.summary()}; samples {samples.summary()}")
+    assert metrics.differences == [] and metrics.rows == 32 + 5 and len(metrics.keys) > 50, metrics.differences[:20]
+    assert samples.differences == [] and samples.rows == 8, samples.differences  # steps 4, 8, ..., 32
+
+
+def test_a_resumed_run_writes_what_the_uninterrupted_run_wrote(runs, resumed):
+    before, rows = resumed["before"], train_rows(resumed["dir"])
+    assert [r["global_step"] for r in before][:8] == list(range(1, 9))
+    assert resumed["rc"] == 0, resumed["log"][-6000:]
     assert [r["global_step"] for r in rows] == list(range(1, 33))  # every step once, none missing
-    resumed = [r for r in rows if r["timestamp"] > before[-1]["timestamp"]]
-    assert resumed[0]["global_step"] == 9  # from the checkpoint of step 8
-    assert (faulty_resumed["ckpt"] / "latest").read_text().strip() == "global_step32"
+    after = [r for r in rows if r["timestamp"] > before[-1]["timestamp"]]
+    assert after[0]["global_step"] == 9  # from the checkpoint of step 8
+    assert _latest(resumed["ckpt"]) == "global_step32"
+    metrics = compare_metrics(resumed["dir"], runs["sync"]["dir"], from_step=9)
+    samples = compare_samples(resumed["dir"], runs["sync"]["dir"], from_step=9)
+    assert metrics.differences == [] and metrics.rows == 24 + 3, metrics.differences[:20]  # evals at 16, 24, 32
+    assert samples.differences == [] and samples.rows == 6, samples.differences  # steps 12, 16, ..., 32
     # where each step's time goes, before the kill and after the resume alike (step_timing.patch)
     for r in rows:
         assert all(r.get(k) is not None and r[k] >= 0 for k in TIME_KEYS), r
@@ -225,7 +246,21 @@ def test_a_killed_run_resumes_at_its_last_checkpoint(faulty_resumed):
         assert 0 < r["response_len_p50"] <= r["response_len_p90"] <= r["response_len_max"], r
         assert min(r[phase_key(p)] for p in ("generate", "logprob", "train", "sync")) > 0, r
     assert any(r["time_save_s"] > 0 for r in rows)  # a checkpoint's save lands in the next step's line
-    assert "| step | generate | reward | logprob |" in faulty_resumed["log"]  # the run ends with the time table
+    assert "| step | generate | reward | logprob |" in resumed["log"]  # the run ends with the time table
+
+
+@pytest.fixture(scope="module")
+def faulty(inputs, tmp_path_factory) -> dict:
+    """One SHORT run with a reward that raises now and then and two unlabelled rows."""
+    out = tmp_path_factory.mktemp("faulty")
+    prompts = out / "prompts.jsonl"
+    rows = [json.loads(x) for x in (inputs / "prompts.jsonl").read_text().splitlines()[:256]]
+    for i in (3, 77):  # under 1% of the rows: the launch check warns, the run counts them
+        del rows[i]["label"]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rc, log = run(out, inputs, "faulty", *SHORT, "--prompt_data", str(prompts),
+                  REWARD=str(ROOT / "tests" / "cpu" / "flaky_reward.py"))
+    return {"rc": rc, "log": log, "rows": train_rows(out / "faulty")}
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
@@ -252,9 +287,9 @@ def test_a_sync_failure_stops_every_rank_within_seconds(inputs, tmp_path):
     assert time.time() - started < 400  # without the broadcast rank 1 waits on the barrier for 60 minutes
 
 
-def test_reward_errors_and_missing_labels_are_counted_not_fatal(faulty_resumed):
-    assert faulty_resumed["rc"] == 0, faulty_resumed["log"][-6000:]
-    got = faulty_resumed["rows"]
+def test_reward_errors_and_missing_labels_are_counted_not_fatal(faulty):
+    assert faulty["rc"] == 0, faulty["log"][-6000:]
+    got = faulty["rows"]
     assert [r["global_step"] for r in got] == list(range(1, 33))
     assert sum(r["reward_defaulted"] for r in got) > 0  # the samples whose reward call raised
     assert sum(r["label_missing"] for r in got) > 0  # the row without a label

@@ -16,6 +16,7 @@ from rft.eval.passk import (
     mean_at_n,
     paired_bootstrap_ci,
     pass_at_k,
+    ratio_ci,
 )
 
 
@@ -91,6 +92,27 @@ def test_bootstrap_ci_properties():
     assert bhi - blo < (hi - lo) / 2  # more problems, narrower interval
     assert bootstrap_ci([1.0, 1.0, 1.0]) == (1.0, 1.0)
     assert all(np.isnan(bootstrap_ci([])))
+
+
+def test_ratio_ci_of_two_independent_samples():
+    assert ratio_ci([3.0, 3.0], [2.0, 2.0, 2.0]) == (1.5, 1.5, 1.5)  # no spread: the ratio itself
+    assert all(np.isnan(ratio_ci([], [1.0])))
+    a, b = [1800.0, 2400.0, 2100.0, 3900.0, 2000.0], [1600.0, 2100.0, 2000.0, 2300.0, 1700.0]
+    r, lo, hi = ratio_ci(a, b, seed=3)
+    assert r == pytest.approx(np.mean(a) / np.mean(b)) and lo < r < hi
+    assert ratio_ci(a, b, seed=3) == (r, lo, hi)  # seeded: reproducible
+
+
+def test_ratio_ci_covers_the_true_ratio_about_95_percent_of_the_time():
+    """5 draws per arm from arms whose means are 1.5:1 (sd 20%): the interval holds 1.5 in most trials (a
+    percentile bootstrap on 5 values undercovers somewhat: 0.88 measured here)."""
+    rng = np.random.default_rng(0)
+    hits = 0
+    for trial in range(300):
+        a, b = rng.normal(3000, 600, 5), rng.normal(2000, 400, 5)
+        _, lo, hi = ratio_ci(a, b, n_boot=1000, seed=trial)
+        hits += lo <= 1.5 <= hi
+    assert 0.85 <= hits / 300 <= 0.99, hits / 300
 
 
 def test_paired_bootstrap_ci():

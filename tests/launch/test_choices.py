@@ -94,11 +94,24 @@ def test_decide_puts_every_choice_in_front_with_its_line(tmp_path):
     assert d.flags == ["--remote_rm_url", str(REPO_ROOT / "reward_func_em.py"), "--vllm_sync_lora_via_object_store",
                        "--dynamic_filtering", "--dynamic_filtering_key", "correctness",
                        "--dynamic_filtering_reward_range", "0", "1", "--load_checkpoint"]
-    assert [ln.split(":")[0] for ln in d.lines] == ["reward", "LoRA sync", "prompt filter", "resume",
-                                                      "smoke run"]
+    assert [ln.split(":")[0] for ln in d.lines] == ["reward", "LoRA sync", "prompt filter", "determinism",
+                                                      "resume", "smoke run"]
     assert "scheme signed" in d.lines[0]
     sft = decide("sft", ["--lora_rank", "8"], {"REWARD": "nonsense", "LORA_SYNC": "x"})  # no reward, no sync in SFT
     assert sft.flags == [] and sft.lines == []
+
+
+def test_deterministic_turns_on_openrlhfs_full_determinism_and_vllms_batch_invariant_kernels(tmp_path):
+    from rft.launch.openrlhf_cli import known_flags
+
+    assert choices.determinism({})[:2] == ([], {})
+    flags, env, line = choices.determinism({"DETERMINISTIC": "1"})
+    assert flags == ["--full_determinism"] and "--full_determinism" in known_flags()  # 0.9.3's own flag
+    assert env == {"VLLM_BATCH_INVARIANT": "1"} and line.startswith("determinism: DETERMINISTIC=1")
+    d = decide("ppo", ["--lora_rank", "8", "--ckpt_path", str(tmp_path)], {"DETERMINISTIC": "1"})
+    assert "--full_determinism" in d.flags and d.env["VLLM_BATCH_INVARIANT"] == "1"
+    with pytest.raises(ChoiceError, match="DETERMINISTIC=yes: expected 0 or 1"):
+        choices.determinism({"DETERMINISTIC": "yes"})
 
 
 def test_with_suffix_renames_the_run_component_only():

@@ -33,3 +33,12 @@ def test_chat_date_is_local_and_warns_near_midnight():
     assert record.chat_date(datetime.datetime(2025, 8, 5, 14, 0)) == ("2025-08-05", None)
     date, warning = record.chat_date(datetime.datetime(2025, 8, 5, 23, 45))
     assert date == "2025-08-05" and "next day's date" in warning
+
+
+def test_the_record_holds_the_seed_the_command_runs_with():
+    from rft.launch.record import build_record, run_seed
+
+    assert run_seed(["python", "-m", "x", "--seed", "42", "--lr", "1", "--seed", "7"]) == 7  # the last one wins
+    assert run_seed(["python", "-m", "x"]) == 42  # OpenRLHF's default
+    record = build_record("cpu", ["x", "--seed", "11"], "x --seed 11", None, False, {}, {}, "2026-01-01")
+    assert record["seed"] == 11

@@ -11,6 +11,7 @@ from rft.train.engine_calls import (
     EngineTimeout,
     ProgressWatch,
     gather,
+    next_in_order,
     ref_key,
     resolve_timeout,
     silent_engines,
@@ -110,3 +111,32 @@ def test_refs_are_matched_by_hex_not_identity():
 
     with pytest.raises(EngineTimeout, match="no answer from engine b for"):
         gather(refs, ["engine a", "engine b"], "sleep", 30, wait=wait, get=lambda r: r, clock=lambda: t[0])
+
+
+def test_next_in_order_takes_the_oldest_call_first_however_the_others_finish():
+    ray = FakeRay([(1.0, {"b", "c"}), (1.0, set()), (2.0, {"a"})])
+    watch = ProgressWatch("generate", 600, clock=ray.clock)
+    head, rest = next_in_order(["a", "b", "c"], watch, lambda refs: list(refs), wait=ray.wait)
+    assert (head, rest) == (["a"], ["b", "c"])
+    assert next_in_order(rest, watch, lambda refs: list(refs), wait=ray.wait)[0] == ["b"]
+
+
+def test_next_in_order_counts_answers_behind_the_head_once_and_names_only_the_silent():
+    # b answers at once; a (the head) and c never do: b restarts the clock once, not on every wait
+    ray = FakeRay([(10.0, set()), (0.0, {"b"})] + [(10.0, set())] * 40)
+    watch = ProgressWatch("generate", 60, clock=ray.clock)
+
+    def bounded_wait(*args, **kwargs):
+        assert ray.calls < 100, "b's answer restarted the clock on every wait"
+        return ray.wait(*args, **kwargs)
+
+    with pytest.raises(EngineTimeout, match=r"a, c") as err:
+        next_in_order(["a", "b", "c"], watch, lambda refs: list(refs), wait=bounded_wait)
+    assert "for 60 s" in str(err.value) and ray.now <= 80.0
+
+
+def test_next_in_order_keeps_waiting_while_answers_come_behind_the_head():
+    script = [(10.0, set()), (0.0, {"b"}), (10.0, set()), (0.0, {"c"}), (10.0, set()), (0.0, set()), (1.0, {"a"})]
+    ray = FakeRay(script)
+    watch = ProgressWatch("generate", 15, clock=ray.clock)
+    assert next_in_order(["a", "b", "c"], watch, lambda refs: list(refs), wait=ray.wait)[0] == ["a"]
