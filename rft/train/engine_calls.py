@@ -89,7 +89,7 @@ def next_in_order(pending: Sequence[Any], watch: ProgressWatch,
         behind, waiting = wait(rest, num_returns=len(rest), timeout=0) if rest else ([], [])
         new = {ref_key(r) for r in behind} - watch.answered
         watch.answered |= new
-        watch.check(len(new), lambda: silent([head, *waiting]))
+        watch.check(len(new), lambda outstanding=[head, *waiting]: silent(outstanding))
 
 
 def ref_key(ref: Any) -> Any:
