@@ -290,12 +290,12 @@ def extrapolate(rows: list[dict], key: str, layers: int) -> float | None:
 
 def plan_figures(shape: CheckShape, model: str) -> dict:
     """The memory plan's per-GPU actor lines for `model`'s recipe at the measured tokens and micro batch."""
-    from rft.launch.memory_plan import _flags, activation_lines, actor_plan, on_gpu
+    from rft.launch.memory_plan import activation_lines, actor_plan, on_gpu, recipe_flags
 
     argv = ["--pretrain", f"openai/{model}", *RECIPES[model], "--prompt_max_len", str(shape.prompt_len),
             "--generate_max_len", str(shape.gen_len), "--micro_train_batch_size", str(shape.micro_batch),
             "--gradient_checkpointing"]
-    flags = _flags(argv)
+    flags = recipe_flags(argv)
     activations = sum(line.gib for line in activation_lines(SHAPES[model], flags))
     return {"model": model, "activations_gib": activations, "per_gpu_total_gib": on_gpu(actor_plan(SHAPES[model], flags)),
             "argv": argv}
@@ -303,10 +303,10 @@ def plan_figures(shape: CheckShape, model: str) -> dict:
 
 # The recipes' flags the actor's plan reads (train_grpo_20b.sh; train_grpo_120b.sh on one node, offload on).
 RECIPES = {
-    "gpt-oss-20b": ["--actor_num_gpus_per_node", "4", "--lora_rank", "32", "--init_kl_coef", "0.001",
-                    "--entropy_loss_coef", "0", "--colocate_actor_ref"],
-    "gpt-oss-120b": ["--actor_num_gpus_per_node", "8", "--lora_rank", "64", "--init_kl_coef", "0", "--offload",
-                     "--adam_offload"],
+    "gpt-oss-20b": ["--actor_num_gpus_per_node", "4", "--zero_stage", "3", "--lora_rank", "32", "--init_kl_coef",
+                    "0.001", "--entropy_loss_coef", "0", "--colocate_actor_ref"],
+    "gpt-oss-120b": ["--actor_num_gpus_per_node", "8", "--zero_stage", "3", "--lora_rank", "64", "--init_kl_coef", "0",
+                     "--offload", "--adam_offload"],
 }
 
 
