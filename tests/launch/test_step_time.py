@@ -185,3 +185,10 @@ def test_the_judge_reward_and_a_reference_on_its_own_gpus():
     assert judge["reward"] == pytest.approx(em["reward"] * 2118 / 49)
     apart = step([t for t in RECIPE_20B if t != "--colocate_actor_ref"])
     assert apart["logprob"] == pytest.approx(step(RECIPE_20B)["logprob"] / 2)  # beside the old log-probs, not after
+
+
+def test_the_predicted_phases_are_the_measured_ones():
+    """The model's phase names are the trainer's `time_<phase>_s` keys (the monitor sets them side by side)."""
+    from rft.train.step_timer import PHASES as MEASURED
+
+    assert PHASES == (*MEASURED, "step")
