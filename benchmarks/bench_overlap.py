@@ -32,6 +32,7 @@ ROLE_MARKS = {
     "train": ("PolicyModelActor", "ReferenceModelActor", "TrainingActor", "GenerateSamplesActor", "PPOTrainer"),
 }
 TICKS = os.sysconf("SC_CLK_TCK")
+MARK = "RFT_BENCH_OVERLAP_RUN"  # set in each arm's environment; its processes carry it wherever Ray starts them
 
 
 def role_of(cmdline: str) -> str | None:
@@ -42,21 +43,20 @@ def role_of(cmdline: str) -> str | None:
     return None
 
 
-def descendants(root: int) -> list[int]:
-    """Every live process under `root` (by /proc's parent links), root included."""
-    children: dict[int, list[int]] = {}
+def marked(token: str) -> list[int]:
+    """Every live process of this user whose environment holds `MARK=token`.
+
+    Ray's head daemonizes (raylet and its workers are not children of the launched script), but every process
+    it starts inherits the environment of `ray start`, which inherits the script's.
+    """
+    needle, uid, out = f"{MARK}={token}".encode(), os.getuid(), []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
+                if entry.stat().st_uid == uid and needle in (entry / "environ").read_bytes().split(b"\0"):
+                    out.append(int(entry.name))
+            except OSError:
                 continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
     return out
 
 
@@ -76,18 +76,19 @@ def pin(pid: int, core: int) -> None:
 
 
 class Watcher(threading.Thread):
-    """Pins each role's processes to its core every `every` seconds and samples the roles' CPU seconds."""
+    """Pins each role's processes (those marked with `token`) to its core every `every` seconds and samples the
+    roles' CPU seconds."""
 
-    def __init__(self, root: int, cores: dict[str, int], every: float = 0.5) -> None:
+    def __init__(self, token: str, cores: dict[str, int], every: float = 0.5) -> None:
         super().__init__(daemon=True)
-        self.root, self.cores, self.every = root, cores, every
+        self.token, self.cores, self.every = token, cores, every
         self.last: dict[int, tuple[str, float]] = {}  # pid -> (role, CPU seconds last seen)
         self.samples: list[tuple[float, dict[str, float]]] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
-            for pid in descendants(self.root):
+            for pid in marked(self.token):
                 try:
                     role = role_of(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
                     if role:
@@ -109,13 +110,15 @@ class Watcher(threading.Thread):
 
 def run_arm(name: str, flags: list[str], out: Path, cores: dict[str, int]) -> dict:
     """One pinned train_grpo_cpu.sh run; its step times and the roles' idle shares over steps 3..end."""
-    env = {**os.environ, "OUT_ROOT": str(out), "RUN_NAME": name, "TQDM_DISABLE": "1", "RFT_EVAL_AT_START": "0"}
+    token = f"{name}-{os.getpid()}-{time.time_ns()}"
+    env = {**os.environ, "OUT_ROOT": str(out), "RUN_NAME": name, "TQDM_DISABLE": "1", "RFT_EVAL_AT_START": "0",
+           MARK: token}
     # the demo's 32 steps (fewer would be refused by the LR preflight at its decay), no eval, no checkpoints
     cmd = ["bash", str(SCRIPT), "--eval_steps", "-1", "--save_steps", "-1", *flags]
     with open(out / f"{name}.log", "wb") as log:
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        watcher = Watcher(proc.pid, cores)
+        watcher = Watcher(token, cores)
         watcher.start()
         rc = proc.wait()
         watcher.stop.set()
@@ -127,6 +130,10 @@ def run_arm(name: str, flags: list[str], out: Path, cores: dict[str, int]) -> di
     t0, t1 = stamps[1], stamps[-1]  # from the end of step 2 to the end of the last step
     a, b = watcher.at(t0), watcher.at(t1)
     wall = t1 - t0
+    unseen = [role for role in cores if b[role] <= a[role]]
+    if unseen:
+        raise SystemExit(f"{name}: no CPU time seen for {unseen} over steps 3..end: no process marked {MARK} matched "
+                         f"ROLE_MARKS (did Ray's or vLLM's process titles change?); an idle share would be invented")
     return {
         "steps": len(stamps),
         "step_s": statistics.median(y - x for x, y in zip(stamps[1:], stamps[2:], strict=False)),
