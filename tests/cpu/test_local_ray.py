@@ -13,7 +13,7 @@ import pytest
 
 # Skip before anything of the project is imported, so a missing Ray or psutil skips rather than errors.
 pytest.importorskip("ray")
-pytest.importorskip("psutil")
+psutil = pytest.importorskip("psutil")
 
 from rft.cpu import local_ray  # noqa: E402
 from tests.support.processes import groups  # noqa: E402
@@ -71,8 +71,14 @@ class DrawsFirst(random.Random):
 
 def window_of(temp_dir: str, address: str) -> tuple[int, int]:
     """The worker window a running head was started with, from its raylet's command line."""
-    raylet = [p for p in local_ray.cluster_processes(temp_dir, address) if "raylet" in p.name()]
-    found = dict(local_ray.WINDOW_FLAG.findall(" ".join(raylet[0].cmdline())))
+    raylet = []
+    for p in local_ray.cluster_processes(temp_dir, address):
+        try:
+            if "raylet" in p.name():
+                raylet.append(" ".join(p.cmdline()))
+        except psutil.Error:
+            continue  # a short-lived child of the head that ended after the listing
+    found = dict(local_ray.WINDOW_FLAG.findall(raylet[0]))
     return int(found["min"]), int(found["max"])
 
 
