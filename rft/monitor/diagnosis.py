@@ -158,10 +158,13 @@ def repaired_share(log: MetricsLog, th: Thresholds) -> tuple[str, tuple[str, str
     return f"rollout_logprob_repaired at most {where}", None
 
 
-def mismatch_gap(log: MetricsLog, th: Thresholds) -> tuple[list[str], list[tuple[str, str]]]:
-    """(evidence, problems) from the mismatch_* keys: means over the last `mismatch_steps` steps of the k3
-    mismatch KL, the share of tokens with a rollout/trainer ratio outside [0.9, 1.1] and the share whose IS weight
-    the truncation changed (each WARN/FAIL by its thresholds); the largest |log-ratio| is evidence only."""
+def mismatch_gap(log: MetricsLog, th: Thresholds, lag: int = 0) -> tuple[list[str], list[tuple[str, str]]]:
+    """(evidence, problems) from the mismatch_* keys over the last `mismatch_steps` steps: the k3 mismatch KL, the
+    share of tokens with a rollout/trainer ratio outside [0.9, 1.1] and the share whose IS weight the truncation
+    changed (each WARN/FAIL by its thresholds); the largest |log-ratio| is evidence only. Means for a synchronous
+    run; medians when the rollouts trail the policy (`lag` >= 1), whose steps also hold the policy's move over the
+    lag: a fast-moving stretch would carry the mean, while a sync that never lands raises every step."""
+    stat, name = (statistics.median, "median") if lag else (statistics.fmean, "mean")
     seen: list[str] = []
     problems: list[tuple[str, str]] = []
     rules = (("mismatch_kl", "mismatch KL (k3)", th.mismatch_kl_warn, th.mismatch_kl_fail),
@@ -172,13 +175,13 @@ def mismatch_gap(log: MetricsLog, th: Thresholds) -> tuple[list[str], list[tuple
         series = log.series(key)[-th.mismatch_steps:]
         if not series:
             continue
-        mean = _values_mean(series)
+        value = stat(v for _, v in series)
         span = f"steps {series[0][0]}-{series[-1][0]}"
-        text = f"{key} mean {fmt(mean)} over {span}"
+        text = f"{key} {name} {fmt(value)} over {span}"
         seen.append(text)
-        if mean > fail:
+        if value > fail:
             problems.append((FAIL, f"{what}: {text} > {fmt(fail)}"))
-        elif mean > warn:
+        elif value > warn:
             problems.append((WARN, f"{what}: {text} > {fmt(warn)}"))
     top = log.series("mismatch_abs_max")[-th.mismatch_steps:]
     if top:
@@ -229,7 +232,7 @@ def agreement(log: MetricsLog, th: Thresholds) -> Verdict:
                     f"{name} negative at {neg:.0%} of the last {len(recent)} steps (mean {fmt(_mean(recent))})",
                 )
             )
-    gap_seen, gap_problems = mismatch_gap(log, th)
+    gap_seen, gap_problems = mismatch_gap(log, th, lag)
     seen += gap_seen
     problems += gap_problems
     measured = bool(seen)  # repaired tokens alone measure no gap

@@ -449,6 +449,20 @@ VERDICT_TEXT = {
                                                                 mismatch_abs_max=[0.5, 3.0, 1.0]), {}, FAIL,
                                         "mismatch KL (k3): mismatch_kl mean 0.02 over steps 1-3 > 0.015 => "
                                         f"{SINK_OR_SYNC}", AGREE),
+    # a lagged run (--async_train): a fast-moving stretch lifts the mean over prime-rl's bar (the CI async run:
+    # mean 0.0158, median 0.0018); the median judges it, as vllm_kl is judged in a lagged run
+    "lagged mismatch kl by its median": (AGREEMENT, lambda: _log(vllm_kl=[1e-4] * 5, rollout_lag=[1] * 5,
+                                                                 mismatch_kl=[0.2, 0.1, 1e-3, 1e-3, 1e-3]), {}, PASS,
+                                         "vllm_kl first steps 1.00e-04, 1.00e-04, 1.00e-04 (rollouts 1 step(s) behind "
+                                         "the policy); mismatch_kl median 0.001 over steps 1-5", ""),
+    "lagged run whose sync never lands": (AGREEMENT, lambda: _log(vllm_kl=[1e-4] * 5, rollout_lag=[1] * 5,
+                                                                  mismatch_kl=[1e-3, 0.02, 0.05, 0.1, 0.2]), {}, FAIL,
+                                          "mismatch KL (k3): mismatch_kl median 0.05 over steps 1-5 > 0.015 => "
+                                          f"{SINK_OR_SYNC}", AGREE),
+    "sync run's stretch counts in the mean": (AGREEMENT, lambda: _log(vllm_kl=[1e-4] * 5,
+                                                                      mismatch_kl=[0.2, 0.1, 1e-3, 1e-3, 1e-3]), {},
+                                              FAIL, "mismatch KL (k3): mismatch_kl mean 0.0606 over steps 1-5 > "
+                                              f"0.015 => {SINK_OR_SYNC}", AGREE),
     "mismatch clipped warns": (AGREEMENT, lambda: _log(mismatch_kl=[1e-3] * 3, mismatch_is_clipped=[0.02] * 3), {},
                                WARN, "tokens whose IS weight was truncated: mismatch_is_clipped mean 0.02 over "
                                f"steps 1-3 > 0.01 => {SINK_OR_SYNC}", AGREE),
