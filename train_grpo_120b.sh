@@ -49,11 +49,10 @@ NODES="${NODES:-1}"
 case "$NODES" in
     1)
         # One node: 234 GB of bf16 weights over 4 GPUs: parameters (--offload, our patched flag) and Adam states go
-        # to CPU, and ZeRO-3 offload needs reentrant gradient checkpointing (non-reentrant checks shapes that change).
+        # to CPU (reentrant gradient checkpointing, which ZeRO-3 with a frozen base needs, comes from the 20b base).
         ARGS+=(
             --offload
             --adam_offload
-            --gradient_checkpointing_use_reentrant
         )
         ;;
     2)

@@ -46,6 +46,9 @@ ARGS=(
     --zero_stage 3
     --param_dtype bf16
     --gradient_checkpointing
+    # Reentrant: with a frozen base under ZeRO-3, DeepSpeed 0.18.5 frees the frozen weights before the
+    # non-reentrant recompute and the first backward raises CheckpointError (make gpu-check's trainer phase).
+    --gradient_checkpointing_use_reentrant
     # gpt-oss attention sinks: eager honours them, flash_attention_2 drops them (never --packing_samples).
     --attn_implementation eager
     # LoRA on attention only (experts stay frozen: MoE routing stability); scaling alpha/rank = 2.

@@ -39,6 +39,8 @@ ARGS=(
     --micro_train_batch_size 1
     --apply_chat_template
     --gradient_checkpointing
+    # ZeRO-3 with a frozen base needs the reentrant recompute (rft/launch/rules.py checkpointing_rule)
+    --gradient_checkpointing_use_reentrant
     # an HF adapter per checkpoint, no DeepSpeed state (nothing to resume: the SFT fallback is short)
     --save_hf_ckpt
     --disable_ds_ckpt

@@ -9,6 +9,8 @@ tiny configuration through the same code. What each phase measures: docs/gpu-che
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import platform
 import signal
 import sys
@@ -23,12 +25,19 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
 import torch
 
 from benchmarks import gpu_check_phases as ph
+from benchmarks import gpu_check_trainer as gt
 
-PHASES = ("mxfp4", "actor", "moe_eval", "merge")
-# seconds per phase on a GPU; the sum stays under the 6 minutes the check is bounded to, with start-up room
-GPU_BUDGETS = {"mxfp4": 50, "actor": 170, "moe_eval": 70, "merge": 30}
-# the tiny configuration takes ~15 s of CPU; a shared CPU machine may stretch that several times
-TINY_BUDGETS = {"mxfp4": 60, "actor": 120, "moe_eval": 60, "merge": 60}
+PHASES = ("mxfp4", "actor", "moe_eval", "merge", "attention", "trainer")
+# the phases that need DeepSpeed and the patched OpenRLHF (carried to a bare machine by make gpu-check-install)
+TRAINER_PHASES = ("trainer",)
+# seconds per phase on a GPU: the first four take ~15 s on an H200 and the trainer (build, FusedAdam's JIT build, a
+# full-depth 20b) the most; the check's --timeout (450 s) bounds the sum
+GPU_BUDGETS = {"mxfp4": 50, "actor": 90, "moe_eval": 60, "merge": 30, "attention": 100, "trainer": 300}
+# the tiny configuration takes ~30 s of CPU; a shared CPU machine may stretch that several times
+TINY_BUDGETS = {"mxfp4": 60, "actor": 120, "moe_eval": 60, "merge": 60, "attention": 120, "trainer": 240}
+
+
+FIGURES_FILE = "device_figures.toml"  # what RFT_DEVICE_FIGURES reads
 
 
 class PhaseTimeout(Exception):
@@ -126,8 +135,18 @@ def phase_merge(shape: ph.CheckShape, device: torch.device, args, budget: Budget
     return res
 
 
+def phase_attention(shape: ph.CheckShape, device: torch.device, args, budget: Budget, out: dict) -> dict:
+    lengths = gt.TINY_LENGTHS if args.tiny else gt.GPU_LENGTHS
+    return gt.attention_paths(shape, args.attention_layers, lengths, device, out, budget.fits)
+
+
+def phase_trainer(shape: ph.CheckShape, device: torch.device, args, budget: Budget, out: dict) -> dict:
+    return gt.trainer_phases(shape, args.trainer_layers or (2 if args.tiny else 24), device, out,
+                             reentrant=not args.non_reentrant)
+
+
 RUNNERS: dict[str, Callable] = {"mxfp4": phase_mxfp4, "actor": phase_actor, "moe_eval": phase_moe_eval,
-                                "merge": phase_merge}
+                                "merge": phase_merge, "attention": phase_attention, "trainer": phase_trainer}
 
 
 def run_phase(name: str, budget_s: float, deadline: float, *call) -> dict:
@@ -157,11 +176,18 @@ def run_phase(name: str, budget_s: float, deadline: float, *call) -> dict:
 
 
 def environment(device: torch.device) -> dict:
+    import importlib.metadata
+
     import peft
     import transformers
 
     env = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "transformers": transformers.__version__, "peft": peft.__version__, "device": device.type}
+    for dist in ("deepspeed", "openrlhf"):
+        try:
+            env[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         env |= {"gpu": props.name, "gpu_gib": props.total_memory / ph.GIB}
@@ -176,6 +202,10 @@ def run_check(args: argparse.Namespace) -> dict:
     args.steps = args.steps or (1 if tiny else 2)
     shape = ph.tiny_shape() if tiny else ph.real_shape(args.micro_batch, tuple(args.depths))
     budgets = TINY_BUDGETS if tiny else GPU_BUDGETS
+    if device.type == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed's accelerator is chosen at its first import
+    if importlib.util.find_spec("flash_attn") is None:  # OpenRLHF imports it; packing is off, so it is never called
+        sys.path.append(str(gt.stub_path()))
     deadline = time.monotonic() + args.timeout
     report = {"configuration": "tiny" if tiny else "real", "environment": environment(device),
               "shape": ph.shape_dict(shape), "timeout_s": args.timeout, "phases": {}}
@@ -190,6 +220,9 @@ def run_check(args: argparse.Namespace) -> dict:
         print(f"gpu-check: {name}: {report['phases'][name]['status']} "
               f"({report['phases'][name]['seconds']:.1f} s)", file=sys.stderr, flush=True)
     report["seconds"] = time.monotonic() - t0
+    trainer = report["phases"].get("trainer", {})
+    if trainer.get("rows"):
+        report["beside"] = gt.beside_model(shape, trainer["layers"], trainer["rows"])
     return report
 
 
@@ -277,10 +310,46 @@ def markdown(report: dict) -> str:
                     f"TF32 matmul {_f(p['tf32_matmul'])}; exact: {_f(p['exact'])}; within one bf16 step: "
                     f"{_f(p['within_one_ulp'])}; "
                     f"B = 0 restores W0 bit for bit: {_f(p['base_restored'])}"]
+        elif name == "attention":
+            out += _table(["path", "tokens", "s", "peak GiB", "added GiB", "mean abs Δ log p", "p99 abs Δ log p",
+                           "max abs Δ log p", "top-k flips (all layers)", "top-k flips (last layer)"],
+                          [[r["path"], r["tokens"], r["s"], r["peak_gib"], r["added_gib"], r["mean_abs_dlogp"],
+                            r["p99_abs_dlogp"], r["max_abs_dlogp"], r["expert_flip_share"],
+                            r["expert_flip_share_last_layer"]] for r in p["rows"]])
+            out += ["", f"{p['layers']} layers; Δ against {p['reference']}; memory: "
+                    f"{p['rows'][0]['memory'] if p['rows'] else 'n/a'}. eager: transformers' (the recipes'); "
+                    "eager_fp32: scores, sinks and softmax in fp32; flex: transformers' flex attention with sinks."]
+        elif name == "trainer":
+            out += trainer_markdown(p, report.get("beside"))
         for note in p.get("notes", []):
             out.append(f"- {note}")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def trainer_markdown(p: dict, beside: dict | None) -> list[str]:
+    """The trainer phases beside the step-time model's seconds and the memory plan's activations."""
+    opt = p["optimizer"]
+    model_s = (beside or {}).get("model_s", {})
+    out = [f"OpenRLHF's patched `Actor`, {p['layers']} layers ({p['params']:,} parameters, {p['lora_params']:,} LoRA), "
+           f"ZeRO-3 at world size 1 over {p['backend']}, {p['tokens']} tokens x micro batch {p['micro_batch']}; "
+           f"built in {p['build_s']:.1f} s; static {_f(p['static_gib'])} GiB; optimizer: {opt['optimizer']}"
+           + (f" (JIT build {opt['build_s']:.1f} s)" if opt.get("built") else f" ({opt.get('why', '')})")
+           + f"; nvcc: {opt['nvcc'] or 'none'}; ninja: {opt['ninja'] or 'none'}; reentrant checkpointing: "
+           f"{_f(p['reentrant'])}; LoRA grad norm at the last step: {_f(p.get('grad_norm'))}", ""]
+    out += _table(["phase", "s", "warm-up s", "peak GiB", "added GiB", "memory", "model s", "forward s", "backward s",
+                   "optimizer s"],
+                  [[r["phase"], r["s"], r["warmup_s"], r["peak_gib"], r["added_gib"], r["memory"],
+                    model_s.get(r["phase"]), r.get("forward_s"), r.get("backward_s"), r.get("optimizer_s")]
+                   for r in p["rows"]])
+    out += [""] + [f"- {r['phase']}: {r['what']}" for r in p["rows"]]
+    if beside:
+        out += [f"- model s: the step-time model's compute for the same tokens at the stated figures (one rank: no "
+                f"ZeRO-3 gather); memory plan's activations at {beside['shape']}: "
+                f"{beside['plan_activations_gib']:.2f} GiB",
+                "- implied device figures (device_figures.toml): "
+                + ", ".join(f"{k} = {v:.4g}" for k, v in beside["figures"].items())]
+    return out
 
 
 def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
@@ -290,6 +359,13 @@ def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
     jpath, mpath = out_dir / "gpu_check.json", out_dir / "gpu_check.md"
     atomic_write_json(jpath, report)
     atomic_write_text(mpath, markdown(report))
+    figures = (report.get("beside") or {}).get("figures")
+    if figures:
+        env = report["environment"]
+        source = (f"make gpu-check, {report['configuration']} configuration, {env.get('gpu', env['device'])}, "
+                  f"torch {env['torch']}, {time.strftime('%Y-%m-%d')}: the trainer phases of "
+                  f"{report['phases']['trainer']['layers']} layers")
+        atomic_write_text(out_dir / FIGURES_FILE, gt.figures_toml(figures, source))
     return jpath, mpath
 
 
@@ -320,8 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="directory for gpu_check.json and gpu_check.md")
     p.add_argument("--tiny", action="store_true", help="the tiny configuration on the CPU (forced without CUDA)")
-    p.add_argument("--timeout", type=float, default=360.0,
-                   help="seconds for the whole check (default 360); phases that do not fit are skipped")
+    p.add_argument("--timeout", type=float, default=450.0,
+                   help="seconds for the whole check (default 450); phases that do not fit are skipped")
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES), help="phases to run (default all)")
     p.add_argument("--depths", type=_depths, default=[2, 4],
                    help="two layer counts the actor is measured at, e.g. 2,4 (default; real width only)")
@@ -330,6 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measured actor micro-steps per depth (default 2 on a GPU, 1 on the tiny configuration)")
     p.add_argument("--moe-layers", type=int, default=2, help="layers of the eval-mode MoE model (default 2)")
     p.add_argument("--merge-layers", type=int, default=2, help="attention layers the merge syncs (default 2)")
+    p.add_argument("--trainer-layers", type=int, default=0,
+                   help="depth of the trainer phases' model (default: 24, gpt-oss-20b's, on a GPU; 2 tiny)")
+    p.add_argument("--non-reentrant", action="store_true",
+                   help="the trainer phases without the recipes' --gradient_checkpointing_use_reentrant (DeepSpeed "
+                        "0.18.5 fails that with a frozen base: shows the launch rule's reason)")
+    p.add_argument("--attention-layers", type=int, default=2, help="layers of the attention paths' model (default 2)")
     p.add_argument("--mxfp4-experts", type=int, default=0,
                    help="experts of one layer dequantized (default: 8 on a GPU, all on the tiny configuration)")
     return p

@@ -132,6 +132,18 @@ def attention_rule(args: argparse.Namespace, argv: list[str]) -> tuple[list[str]
     return [], []
 
 
+def checkpointing_rule(args: argparse.Namespace) -> list[str]:
+    """ZeRO-3 with frozen weights (a LoRA base) and non-reentrant checkpointing fails at the first backward: DeepSpeed
+    0.18.5 frees the frozen weights between the forward and the recompute, whose shape check then raises."""
+    frozen = args.lora_rank > 0 or args.load_in_4bit
+    if args.zero_stage == 3 and args.gradient_checkpointing and frozen and not args.gradient_checkpointing_use_reentrant:
+        return ["--gradient_checkpointing under ZeRO-3 with a frozen base (--lora_rank) needs "
+                "--gradient_checkpointing_use_reentrant: DeepSpeed 0.18.5 partitions the frozen weights again during "
+                "the non-reentrant recompute and torch raises CheckpointError ('Recomputed values ... different "
+                "metadata') at the first backward (docs/gpu-check.md#the-trainer-phases)"]
+    return []
+
+
 def installed_version(dist: str) -> str | None:
     """The installed version of distribution `dist` in this interpreter (None: not installed)."""
     import importlib.metadata as md
@@ -582,7 +594,7 @@ def run_checks(
     rep.notes.append(f"flags: accepted by OpenRLHF's own parser and validation ({profile.entry}), on {where}")
     rep.warnings += [f"OpenRLHF: {w}" for w in parsed.warnings]
     errs, warns = attention_rule(a, argv)
-    rep.errors += errs + flash_attn_rule(a, installed_version("flash-attn"))
+    rep.errors += errs + flash_attn_rule(a, installed_version("flash-attn")) + checkpointing_rule(a)
     rep.warnings += warns
     model_rule(a, rep)
     if profile.entry == "ppo":

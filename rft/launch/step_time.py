@@ -34,8 +34,12 @@ class Figure:
 FIGURES: dict[str, Figure] = {
     "peak_bf16_flops": Figure(989e12, "FLOP/s", "H100 SXM dense BF16 tensor core (1,979 with sparsity), "
                               "https://www.nvidia.com/en-us/data-center/h100/"),
-    "actor_mfu": Figure(0.046, "share", "the 20b LoRA micro-step measured at 1024 + 4096 tokens on one H200 (same "
-                        "989 TFLOP/s), 3.20-3.50 s, docs/gpu-check.md: 1.52e14 FLOP by this model's count / 3.35 s"),
+    "actor_mfu": Figure(0.044, "share", "make gpu-check's trainer phase on one H100 (2026-11-27): OpenRLHF's patched "
+                        "Actor under DeepSpeed ZeRO-3 with FusedAdam, gpt-oss-20b at 24 layers, LoRA r32, 1024 + 4096 "
+                        "tokens: one training micro-step 3.50 s = 1.52e14 FLOP by this model's count "
+                        "(docs/gpu-check.md)"),
+    "forward_mfu": Figure(0.043, "share", "the same run's old-log-prob forward (no grad, eval mode, rft's routed "
+                          "experts): 1.11 s for 5,120 tokens (docs/gpu-check.md)"),
     "hbm_bytes_s": Figure(3.35e12, "B/s", "H100 SXM HBM3, https://www.nvidia.com/en-us/data-center/h100/"),
     "allgather_bytes_s": Figure(360e9, "B/s", "NCCL all-gather bus bandwidth over NVLink 4: 450 GB/s a direction "
                                 "(H100 datasheet) x 0.8; nccl-tests 8xH100 busbw 460-480 GB/s all-reduce, "
@@ -73,15 +77,30 @@ class FiguresError(ValueError):
     """A device-figures file that does not parse or names an unknown figure."""
 
 
+def read_figures_file(path: str | Path) -> dict:
+    """The TOML file's top-level pairs (FiguresError naming the file when it cannot be read)."""
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise FiguresError(f"device figures {path}: {e}") from e
+
+
+def figures_source(path: str | Path | None) -> str | None:
+    """What a figures file says it was measured by (its `source = "..."` line; `make gpu-check` writes one)."""
+    if not path:
+        return None
+    source = read_figures_file(path).get("source")
+    return source if isinstance(source, str) else None
+
+
 def load_figures(path: str | Path | None) -> dict[str, float]:
-    """Every figure's value: FIGURES, with the TOML file's top-level `name = value` pairs over them."""
+    """Every figure's value: FIGURES, with the TOML file's top-level `name = value` pairs over them (a `source`
+    string says where they were measured)."""
     values = {name: f.value for name, f in FIGURES.items()}
     if not path:
         return values
-    try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise FiguresError(f"device figures {path}: {e}") from e
+    raw = read_figures_file(path)
+    raw.pop("source", None)
     unknown = sorted(set(raw) - set(values))
     if unknown:
         raise FiguresError(f"device figures {path}: unknown figure(s) {', '.join(unknown)}; known: "
@@ -117,8 +136,10 @@ def train_flops(shape: Shape, tokens: float, checkpointing: bool) -> float:
     return (2 + redo) * lin + (3 + redo) * attn
 
 
-def compute_s(flops: float, f: dict[str, float]) -> float:
-    return flops / (f["peak_bf16_flops"] * f["actor_mfu"])
+def compute_s(flops: float, f: dict[str, float], mfu: str = "actor_mfu") -> float:
+    """Seconds of `flops` at the peak times the trainer's measured share (`actor_mfu` training, `forward_mfu` a
+    no-grad forward)."""
+    return flops / (f["peak_bf16_flops"] * f[mfu])
 
 
 def gather_s(shape: Shape, a: argparse.Namespace, f: dict[str, float]) -> float:
@@ -189,7 +210,7 @@ def phases(shape: Shape, a: argparse.Namespace, f: dict[str, float], ref_from_ac
     reward = samples / f["judge_reward_per_s" if a.judge_reward else "reward_per_s"]
     gather = gather_s(shape, a, f)
     batches = forward_batches(a, samples, a.micro_rollout_batch_size)
-    forward = compute_s(sum(forward_flops(shape, tokens * a.micro_rollout_batch_size)), f)
+    forward = compute_s(sum(forward_flops(shape, tokens * a.micro_rollout_batch_size)), f, "forward_mfu")
     old = batches * (forward + gather)
     # the reference runs after the old log-probs on the same GPUs (--colocate_actor_ref); from the actor
     # (--ref_from_actor) it is a second forward of the actor with its adapter disabled, with a gather of its own
@@ -320,8 +341,19 @@ PHASE_NOTES = {
 }
 
 
-def render(pr: Prediction) -> str:
-    """The dry run's block: the step in minutes, a line per phase, then the levers."""
+def figures_line(path: str | Path | None) -> str:
+    """Where the figures come from: the stated ones, or a file's (named, with the figures it sets and its source)."""
+    if not path:
+        return f"figures: as stated in docs/step-time.md (${FIGURES_ENV} names a file of measured ones)"
+    raw = read_figures_file(path)
+    names = ", ".join(sorted(k for k in raw if k != "source")) or "none"
+    source = figures_source(path)
+    return (f"figures: {names} from {path}" + (f" ({source})" if source else "")
+            + "; the rest as stated in docs/step-time.md")
+
+
+def render(pr: Prediction, figures_path: str | Path | None = None) -> str:
+    """The dry run's block: the step in minutes, where the figures come from, a line per phase, then the levers."""
     a, p = pr.recipe, pr.phases
     kind = "--async_train: max(generate + reward, logprob + train + save) + sync + eval" if a.async_train \
         else "the sum (synchronous trainer)"
@@ -329,6 +361,7 @@ def render(pr: Prediction) -> str:
         f"# step-time model ({pr.shape.name}; rft/launch/step_time.py, docs/step-time.md; estimates from stated "
         f"device figures, not measured; ${FIGURES_ENV} overrides them):",
         f"predicted step time: {p['step'] / 60:.1f} min",
+        f"  {figures_line(figures_path)}",
     ]
     out += [f"  {name:8} {p[name]:8.1f} s  {PHASE_NOTES[name]}" for name in PHASES[:-1]]
     out.append(f"  {'step':8} {p['step']:8.1f} s  {kind}")
@@ -364,7 +397,7 @@ def step_block(argv: list[str], figures_path: str | None, facts: dict, warnings:
     if pr is None:
         return ""
     facts["predicted_step_s"] = {name: round(pr.phases[name], 1) for name in PHASES}
-    return render(pr)
+    return render(pr, figures_path)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -393,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     if pr is None:
         print("no prediction: --pretrain is not a known gpt-oss checkpoint", file=sys.stderr)
         return 2
-    print(render(pr))
+    print(render(pr, ns.device_figures))
     return 0
 
 
