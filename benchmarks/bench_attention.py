@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
