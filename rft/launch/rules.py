@@ -125,7 +125,7 @@ def attention_rule(args: argparse.Namespace, argv: list[str]) -> tuple[list[str]
         )
         default = "" if "--attn_implementation" in argv else " (OpenRLHF's default)"
         return [f"--attn_implementation {impl}{default} {why}; use --attn_implementation eager"], []
-    if impl != "eager":
+    if impl not in ("eager", "rft_eager_fp32", "rft_flex"):  # rft.attention.PATHS: sinks kept in both passes
         return [], [
             f"--attn_implementation {impl}: make sure it honours gpt-oss attention sinks in forward and backward"
         ]

@@ -71,6 +71,10 @@ class Thresholds:
     mismatch_steps: int = 20
     mismatch_kl_warn: float = 0.005
     mismatch_kl_fail: float = 0.015  # prime-rl's bar for gpt-oss: mean mismatch KL < 0.015 over 20 math steps
+    # mismatch_kl against the run's own floor, its first `mismatch_floor_steps` steps (docs/monitor.md): above the
+    # absolute lines a run is judged by its growth past floor x growth + 3 sigma of the floor steps' spread
+    mismatch_floor_steps: int = 5
+    mismatch_floor_growth: float = 1.5
     out_of_band_warn: float = 0.05
     out_of_band_fail: float = 0.2
     is_clipped_warn: float = 0.01
@@ -171,23 +175,51 @@ def mismatch_gap(log: MetricsLog, th: Thresholds, lag: int = 0) -> tuple[list[st
              ("mismatch_out_of_band", "tokens with ratio outside [0.9, 1.1]", th.out_of_band_warn,
               th.out_of_band_fail),
              ("mismatch_is_clipped", "tokens whose IS weight was truncated", th.is_clipped_warn, th.is_clipped_fail))
+    bins = [(label, log.series(key)[-th.mismatch_steps:]) for label, key in
+            (("0-512", "mismatch_kl_pos0_512"), ("512-2048", "mismatch_kl_pos512_2048"), ("2048+", "mismatch_kl_pos2048_"))]
+    by_position = [f"{label} {fmt(stat(v for _, v in s))}" for label, s in bins if s]
+    positions = f"mismatch_kl {name} by response position: {', '.join(by_position)}" if by_position else ""
     for key, what, warn, fail in rules:
-        series = log.series(key)[-th.mismatch_steps:]
+        full = log.series(key)
+        series = full[-th.mismatch_steps:]
         if not series:
             continue
         value = stat(v for _, v in series)
         span = f"steps {series[0][0]}-{series[-1][0]}"
         text = f"{key} {name} {fmt(value)} over {span}"
+        limit = floor_limit(full, len(series), th) if key == "mismatch_kl" else None
+        if limit is not None and value > warn:
+            floor, line = limit
+            text += f" (its floor {fmt(floor)}, steps {full[0][0]}-{full[th.mismatch_floor_steps - 1][0]}; limit {fmt(line)})"
+            seen.append(text)
+            if value > line:
+                problems.append((FAIL, f"{what} grew past the run's floor: {text}" + (f"; {positions}" if positions else "")))
+            continue
         seen.append(text)
         if value > fail:
             problems.append((FAIL, f"{what}: {text} > {fmt(fail)}"))
         elif value > warn:
             problems.append((WARN, f"{what}: {text} > {fmt(warn)}"))
+    if positions:
+        seen.append(positions)
     top = log.series("mismatch_abs_max")[-th.mismatch_steps:]
     if top:
         step, worst = max(top, key=lambda sv: sv[1])
         seen.append(f"largest |log-ratio| {fmt(worst)} at step {step}")
     return seen, problems
+
+
+def floor_limit(series: list[tuple[int, float]], recent: int, th: Thresholds) -> tuple[float, float] | None:
+    """(floor, limit) of a gap series: the floor is the median of its first `mismatch_floor_steps` values, the limit
+    floor x `mismatch_floor_growth` + 3 sigma_floor sqrt(1/n_floor + 1/recent) (docs/monitor.md). None while the
+    run has fewer than twice the floor's steps (then the absolute lines judge)."""
+    n = th.mismatch_floor_steps
+    if len(series) < 2 * n:
+        return None
+    first = [v for _, v in series[:n]]
+    floor = statistics.median(first)
+    noise = 3 * statistics.stdev(first) * math.sqrt(1 / n + 1 / max(recent, 1))
+    return floor, floor * th.mismatch_floor_growth + noise
 
 
 def rollout_lag(log: MetricsLog) -> int:

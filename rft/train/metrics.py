@@ -39,6 +39,7 @@ from rft.reward.blend import JUDGE_LOG_KEYS
 from rft.reward.exact_match import EXTRA_LOG_KEYS
 from rft.train.group_waste import WASTE_KEYS
 from rft.train.loss_diag import DIAG_KEYS
+from rft.train.mismatch import BIN_KEYS as MISMATCH_BIN_KEYS
 from rft.train.mismatch import KEYS as MISMATCH_KEYS
 from rft.train.numbers import scalar
 from rft.train.prompt_filter import STEP_KEYS as PROMPT_FILTER_KEYS
@@ -98,6 +99,7 @@ KNOWN_KEYS = (
     *TOKEN_STAT_KEYS,
     # rft: the rollout/trainer gap over every action token of a step (rft.train.mismatch)
     *MISMATCH_KEYS,
+    *MISMATCH_BIN_KEYS,
     # rft: vLLM log-probs that were non-finite, replaced by the trainer's (experience_maker.patch), per sample
     "rollout_logprob_repaired",
     # rft: LoRA weight sync into vLLM

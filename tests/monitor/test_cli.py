@@ -300,3 +300,20 @@ def test_monitor_sh_check_does_not_pass_a_high_out_of_band_share(out_of_band, co
     res = _check_edited_healthy(tmp_path, edit, code, needle)
     if code:
         assert "tokens with ratio outside [0.9, 1.1]" in res.stdout
+
+
+@pytest.mark.parametrize(("late", "code", "needle"), [
+    (1.0, 0, "mismatch_kl mean 0.03 over steps 21-40 (its floor 0.03"),
+    (2.0, 2, "mismatch KL (k3) grew past the run's floor: mismatch_kl mean 0.06 over steps 21-40 (its floor 0.03"),
+])
+def test_check_judges_mismatch_kl_against_the_runs_floor(late, code, needle, tmp_path):
+    """A gap at 0.03 (twice the absolute line) from step 1: flat passes, doubling from step 21 fails; the
+    per-position bins are shown."""
+    def edit(row: dict) -> None:
+        s = row["global_step"]
+        kl = 0.03 * (late if s > 20 else 1.0) * (1 + 0.02 * ((s * 7) % 5 - 2))
+        row.update(mismatch_kl=kl, mismatch_out_of_band=0.01, mismatch_is_clipped=0.0, mismatch_abs_max=0.4,
+                   mismatch_kl_pos0_512=kl / 2, mismatch_kl_pos512_2048=kl, mismatch_kl_pos2048_=kl * 1.5)
+
+    res = _check_edited_healthy(tmp_path, edit, code, needle)
+    assert "by response position: 0-512 " in res.stdout
