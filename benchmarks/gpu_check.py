@@ -142,7 +142,7 @@ def phase_attention(shape: ph.CheckShape, device: torch.device, args, budget: Bu
 
 def phase_trainer(shape: ph.CheckShape, device: torch.device, args, budget: Budget, out: dict) -> dict:
     return gt.trainer_phases(shape, args.trainer_layers or (2 if args.tiny else 24), device, out,
-                             reentrant=not args.non_reentrant)
+                             reentrant=not args.non_reentrant, attn=args.trainer_attn)
 
 
 RUNNERS: dict[str, Callable] = {"mxfp4": phase_mxfp4, "actor": phase_actor, "moe_eval": phase_moe_eval,
@@ -318,7 +318,7 @@ def markdown(report: dict) -> str:
                             r["expert_flip_share_last_layer"]] for r in p["rows"]])
             out += ["", f"{p['layers']} layers; Δ against {p['reference']}; memory: "
                     f"{p['rows'][0]['memory'] if p['rows'] else 'n/a'}. eager: transformers' (the recipes'); "
-                    "eager_fp32: scores, sinks and softmax in fp32; flex: transformers' flex attention with sinks."]
+                    "rft_eager_fp32 and rft_flex: rft/attention.py's paths (fp32 softmax with the sinks, fp32 router)."]
         elif name == "trainer":
             out += trainer_markdown(p, report.get("beside"))
         for note in p.get("notes", []):
@@ -331,7 +331,8 @@ def trainer_markdown(p: dict, beside: dict | None) -> list[str]:
     """The trainer phases beside the step-time model's seconds and the memory plan's activations."""
     opt = p["optimizer"]
     model_s = (beside or {}).get("model_s", {})
-    out = [f"OpenRLHF's patched `Actor`, {p['layers']} layers ({p['params']:,} parameters, {p['lora_params']:,} LoRA), "
+    out = [f"OpenRLHF's patched `Actor` (--attn_implementation {p.get('attn_implementation', 'eager')}), "
+           f"{p['layers']} layers ({p['params']:,} parameters, {p['lora_params']:,} LoRA), "
            f"ZeRO-3 at world size 1 over {p['backend']}, {p['tokens']} tokens x micro batch {p['micro_batch']}; "
            f"built in {p['build_s']:.1f} s; static {_f(p['static_gib'])} GiB; optimizer: {opt['optimizer']}"
            + (f" (JIT build {opt['build_s']:.1f} s)" if opt.get("built") else f" ({opt.get('why', '')})")
@@ -408,6 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge-layers", type=int, default=2, help="attention layers the merge syncs (default 2)")
     p.add_argument("--trainer-layers", type=int, default=0,
                    help="depth of the trainer phases' model (default: 24, gpt-oss-20b's, on a GPU; 2 tiny)")
+    p.add_argument("--trainer-attn", default="eager", choices=("eager", "rft_eager_fp32", "rft_flex"),
+                   help="the trainer phases' --attn_implementation (default eager, the recipes'; rft/attention.py)")
     p.add_argument("--non-reentrant", action="store_true",
                    help="the trainer phases without the recipes' --gradient_checkpointing_use_reentrant (DeepSpeed "
                         "0.18.5 fails that with a frozen base: shows the launch rule's reason)")

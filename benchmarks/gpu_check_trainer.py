@@ -137,11 +137,14 @@ def single_rank(device: torch.device) -> str:
     return backend
 
 
-def recipe_args(shape: ph.CheckShape, pretrain: str, reentrant: bool = True):
-    """OpenRLHF's own (patched) parser and validation on the 20b recipe's actor flags at the check's shape."""
+def recipe_args(shape: ph.CheckShape, pretrain: str, reentrant: bool = True, attn: str = "eager"):
+    """OpenRLHF's own (patched) parser and validation on the 20b recipe's actor flags at the check's shape, with
+    another attention path or without reentrant checkpointing where asked."""
     from rft.launch.openrlhf_cli import parse_args
 
-    flags = RECIPE_FLAGS if reentrant else [f for f in RECIPE_FLAGS if f != "--gradient_checkpointing_use_reentrant"]
+    flags = [attn if f == "eager" else f for f in RECIPE_FLAGS]
+    if not reentrant:
+        flags.remove("--gradient_checkpointing_use_reentrant")
     argv = ["--pretrain", pretrain, *flags, "--lora_rank", str(shape.lora_rank), "--lora_alpha",
             str(shape.lora_alpha), "--prompt_max_len",
             str(shape.prompt_len), "--generate_max_len", str(shape.gen_len), "--micro_train_batch_size",
@@ -291,7 +294,8 @@ def batch(shape: ph.CheckShape, device: torch.device, seed: int = 0) -> dict[str
             "action_mask": torch.ones(shape.micro_batch, shape.gen_len, dtype=torch.bool, device=device)}
 
 
-def trainer_phases(shape: ph.CheckShape, layers: int, device: torch.device, out: dict, reentrant: bool = True) -> dict:
+def trainer_phases(shape: ph.CheckShape, layers: int, device: torch.device, out: dict, reentrant: bool = True,
+                   attn: str = "eager") -> dict:
     """The three trainer phases of one step at `layers` depth, each beside the memory plan and the step-time model."""
     from openrlhf.models import PolicyLoss
     from openrlhf.utils import get_strategy
@@ -301,8 +305,8 @@ def trainer_phases(shape: ph.CheckShape, layers: int, device: torch.device, out:
     out["backend"] = single_rank(device)
     out["optimizer"] = fused_adam(device)
     with tempfile.TemporaryDirectory() as tmp:
-        args = recipe_args(shape, str(write_config(shape, layers, Path(tmp) / "model")), reentrant)
-        out["reentrant"] = args.gradient_checkpointing_use_reentrant
+        args = recipe_args(shape, str(write_config(shape, layers, Path(tmp) / "model")), reentrant, attn)
+        out["reentrant"], out["attn_implementation"] = args.gradient_checkpointing_use_reentrant, attn
         strategy = get_strategy(args)
         strategy.world_size = torch.distributed.get_world_size()
         if device.type != "cuda":
@@ -435,21 +439,6 @@ def figures_toml(figures: dict[str, float], source: str) -> str:
 # ---------------------------------------------------------------- attention paths at length
 
 
-def eager_fp32(module, query, key, value, attention_mask, scaling: float, dropout: float = 0.0, **kwargs):
-    """gpt-oss's eager attention with the scores, sinks and softmax in fp32, the output cast back."""
-    from transformers.models.gpt_oss.modeling_gpt_oss import repeat_kv
-
-    k = repeat_kv(key, module.num_key_value_groups).float()
-    v = repeat_kv(value, module.num_key_value_groups)
-    scores = torch.matmul(query.float(), k.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        scores = scores + attention_mask[:, :, :, : k.shape[-2]].float()
-    sinks = module.sinks.float().reshape(1, -1, 1, 1).expand(query.shape[0], -1, query.shape[-2], -1)
-    probs = torch.softmax(torch.cat([scores, sinks], dim=-1), dim=-1)[..., :-1]
-    out = torch.matmul(probs.to(v.dtype), v).transpose(1, 2).contiguous()
-    return out, probs
-
-
 class RouterCapture:
     """The top-k expert indices of every router call of a model, in call order."""
 
@@ -476,22 +465,13 @@ def forward_logprobs(model, ids: torch.Tensor) -> tuple[torch.Tensor, list[torch
     return lp.cpu(), cap.indices
 
 
-def attention_impls(device: torch.device) -> dict[str, str]:
-    """The paths measured: transformers' eager (the recipes'), eager with fp32 scores and softmax, flex with sinks."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
-
-    AttentionInterface.register("rft_eager_fp32", eager_fp32)
-    ALL_MASK_ATTENTION_FUNCTIONS.register("rft_eager_fp32", eager_mask)  # the additive float mask eager takes
-    return {"eager": "eager", "eager_fp32": "rft_eager_fp32", "flex": "flex_attention"}
-
-
 def attention_paths(shape: ph.CheckShape, layers: int, lengths: tuple[int, ...], device: torch.device,
                     out: dict, fits: Callable[[float], bool]) -> dict:
     """Each path at each length (path by path, so a slow path costs only its own rows) against the same weights in
     fp32 (eager, fp32 throughout), whose log-probs and routed experts are computed once per length."""
     import copy
 
+    from rft import attention
     from rft.moe import route_experts_in_eval
 
     model = ph.build_model(shape, layers, device)
@@ -506,8 +486,10 @@ def attention_paths(shape: ph.CheckShape, layers: int, lengths: tuple[int, ...],
     ph.free(device)
     out["layers"], out["reference"] = layers, "the same weights in fp32, eager attention, fp32 router"
     rows, notes = out.setdefault("rows", []), out.setdefault("notes", [])
-    for name, impl in attention_impls(device).items():
-        model.config._attn_implementation = impl
+    for name in attention.PATHS:  # eager first: the rft paths then give the routers their fp32 forward
+        if name != "eager" and not attention.router_modules(model)[0].__dict__.get(attention.FP32_ROUTER):
+            attention.fp32_routers(model)
+        model.config._attn_implementation = name
         for n, ids in inputs.items():
             done = [r for r in rows if r["path"] == name]
             if done and not fits(3 * done[-1]["s"] * (n / done[-1]["tokens"]) ** 2):
