@@ -141,6 +141,8 @@ def build_record(profile: str, command: list[str], command_text: str, state: Git
         "packages": package_versions(),
         "patches": facts.get("patches"),
         "gpus": facts.get("gpus"),
+        "gpu_topology": facts.get("gpu_topology"),  # `nvidia-smi topo -m` (rft/launch/transport.py)
+        "nccl_env": facts.get("nccl_env"),  # every NCCL_* variable the launch saw
         "env": env,
         "host": socket.gethostname(),
         "repo": str(REPO_ROOT),  # the checkout that launched (monitor.sh finds its latest run by it)
