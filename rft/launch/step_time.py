@@ -132,6 +132,39 @@ def gather_s(shape: Shape, a: argparse.Namespace, f: dict[str, float]) -> float:
     return s + (base / n / f["pcie_bytes_s"] if a.offload else 0.0)
 
 
+def gather_count(a: argparse.Namespace, samples: float, ref_from_actor: bool = False) -> int:
+    """ZeRO-3 gathers of the frozen base on one rank in one step: one per log-prob forward (the reference's too
+    when it runs on the actor's GPUs) and 3 per training micro-batch (2 without checkpointing)."""
+    if a.zero_stage != 3:
+        return 0
+    batches = forward_batches(a, samples, a.micro_rollout_batch_size)
+    refs = batches if has_reference(a) and (a.colocate_actor_ref or ref_from_actor) else 0
+    per_micro = 3 if a.gradient_checkpointing else 2
+    return batches + refs + a.max_epochs * forward_batches(a, samples, a.micro_train_batch_size) * per_micro
+
+
+FLOOR_SHARE = 0.5  # the transport floor: the all-gather rate at which the gathers alone are half the step
+
+
+def gather_floor(shape: Shape, a: argparse.Namespace, f: dict[str, float], share: float = FLOOR_SHARE
+                 ) -> float | None:
+    """The all-gather rate (B/s) at which the step's ZeRO-3 gathers alone take `share` of the synchronous step,
+    the rest of the step at the model's figures: count x bytes x (1 - share) / (share x the rest); None below
+    ZeRO-3 (nothing is gathered)."""
+    count = gather_count(a, a.rollout_batch_size * a.n_samples_per_prompt)
+    if not count:
+        return None
+    n = a.actor_num_nodes * a.actor_num_gpus_per_node
+    moved = 2 * shape.params * (n - 1) / n
+    p = phases(shape, replace_ns(a, async_train=False), f)
+    rest = p["step"] - count * moved / (f["allgather_bytes_s"] * f["zero3_gather_share"])
+    return count * moved * (1 - share) / (share * rest)
+
+
+def replace_ns(a: argparse.Namespace, **changes) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(a), **changes})
+
+
 def decode_bytes(shape: Shape, batch: float, context: float, tp: int) -> float:
     """Bytes one decode step reads on each GPU of an engine: the bf16 dense weights, the MXFP4 experts any of the
     batch's tokens is routed to, and the batch's KV cache (every other layer only its window)."""

@@ -44,6 +44,7 @@ from rft.train.numbers import scalar
 from rft.train.prompt_filter import STEP_KEYS as PROMPT_FILTER_KEYS
 from rft.train.robust_rewards import BATCH_KEYS
 from rft.train.step_timer import KEYS as STEP_TIME_KEYS
+from rft.train.allgather_probe import ALLGATHER_KEYS
 from rft.train.sync_probe import PROBE_KEYS
 from rft.train.token_stats import KEYS as TOKEN_STAT_KEYS
 
@@ -113,6 +114,8 @@ KNOWN_KEYS = (
     "rollout_lag",
     # rft: the smoke's sync probe, trainer vs engine (rft.train.sync_probe)
     *PROBE_KEYS,
+    # rft: the smoke's all-gather across the actor ranks (rft.train.allgather_probe)
+    *ALLGATHER_KEYS,
 )
 """Metric keys the patched trainer may write; eval keys (`eval_*`) come on top of these."""
 
