@@ -106,7 +106,7 @@ def transport_statement(row: dict) -> tuple[bool, str] | None:
         return None
     floor, figure = row.get("allgather_floor_gb_s"), row.get("allgather_model_gb_s")
     text = (f"all-gather: {rate:.1f} GB/s bus rate across {int(row.get('allgather_ranks', 0))} actor ranks "
-            f"(a {row.get('allgather_shard_mb', 0):.0f} MB shard a rank)")
+            f"(a {row.get('allgather_shard_mb', 0):.3g} MB shard a rank)")
     if figure is not None:
         text += f"; the step-time model assumes {figure:.0f} GB/s"
     if floor is None:

@@ -37,6 +37,7 @@ import torch
 from rft.io import atomic_write_jsonl
 from rft.reward.blend import JUDGE_LOG_KEYS
 from rft.reward.exact_match import EXTRA_LOG_KEYS
+from rft.train.allgather_probe import ALLGATHER_KEYS
 from rft.train.group_waste import WASTE_KEYS
 from rft.train.loss_diag import DIAG_KEYS
 from rft.train.mismatch import KEYS as MISMATCH_KEYS
@@ -44,7 +45,6 @@ from rft.train.numbers import scalar
 from rft.train.prompt_filter import STEP_KEYS as PROMPT_FILTER_KEYS
 from rft.train.robust_rewards import BATCH_KEYS
 from rft.train.step_timer import KEYS as STEP_TIME_KEYS
-from rft.train.allgather_probe import ALLGATHER_KEYS
 from rft.train.sync_probe import PROBE_KEYS
 from rft.train.token_stats import KEYS as TOKEN_STAT_KEYS
 

@@ -465,8 +465,11 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     assert record["loss_aggregation"] == "dr_grpo_constant"  # the estimator's default (rft.train.loss_aggregation)
     # the step-time model's phases, the monitor's contract (rft.launch.step_time; the names of the time_*_s keys)
     predicted = record["predicted_step_s"]
-    assert sorted(predicted) == sorted(["generate", "reward", "logprob", "train", "sync", "eval", "save", "step"])
+    assert sorted(predicted) == sorted(["generate", "reward", "logprob", "train", "sync", "eval", "save", "other",
+                                        "step"])
     assert predicted["step"] == pytest.approx(sum(v for k, v in predicted.items() if k != "step"), abs=0.5)
+    low, high = record["predicted_step_range_s"]
+    assert low < predicted["step"] < high
     assert "predicted step time:" in out.err
     # The date gpt-oss's template writes into the training prompts, for eval_posthoc.py --chat-date.
     today = datetime.date.today().isoformat()
