@@ -2,7 +2,8 @@
 
 Read before anything downloads (`make train`, `make train DRY_RUN=1`): the interpreter the venv is built from,
 the NVIDIA driver, a CUDA 12 `nvcc` (DeepSpeed JIT-builds FusedAdam at actor start-up and raises without one),
-/dev/shm (NCCL and Ray's object store), the open-file limit, host RAM (rank 0 of the actor and of the reference
+/dev/shm (NCCL and Ray's object store), the GPU topology and the NCCL_* variables that turn a transport off
+(warnings, rft/launch/transport.py), the open-file limit, host RAM (rank 0 of the actor and of the reference
 each dequantize the MXFP4 checkpoint on the host at once) and disk for the model cache and the venv.
 Stdlib only: it runs before any environment exists, on the node's python3 whatever its version.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rft.launch.caches import cache_env
+from rft.launch.transport import env_warnings, nccl_env, read_topology, topology_warnings
 
 MIN_PYTHON = (3, 11)  # pyproject's requires-python
 MIN_DRIVER = (525, 60, 13)  # CUDA 12.x minor-version compatibility floor (NVIDIA's CUDA compatibility guide)
@@ -97,6 +99,9 @@ class Host:
     cache_free_gib: float | None
     venv_free_gib: float | None
     notes: list[str] = field(default_factory=list)
+    topology: str | None = None  # `nvidia-smi topo -m` (rft/launch/transport.py)
+    nccl: dict[str, str] = field(default_factory=dict)  # the NCCL_* environment
+    nodes: int = 1  # $NODES: the network transports matter from 2
 
 
 def _run(argv: list[str], env: dict[str, str]) -> str | None:
@@ -168,6 +173,9 @@ def read_host(env: dict[str, str], python: str, venv: Path) -> Host:
         cache_dir=cache_dir(env),
         cache_free_gib=free_gib(cache_dir(env)),
         venv_free_gib=free_gib(venv),
+        topology=read_topology(env) if gpus else None,
+        nccl=nccl_env(env),
+        nodes=int(env.get("NODES") or 1) if (env.get("NODES") or "1").isdigit() else 1,
     )
 
 
@@ -233,4 +241,7 @@ def problems(host: Host, profile: str = "20b", building: bool = True,
     if building and host.venv_free_gib is not None and host.venv_free_gib < VENV_GIB:
         bad.append(f"disk: {host.venv_free_gib:.0f} GiB free for the venv, it needs ~{VENV_GIB:.0f} GiB: "
                    "make train TRAIN_VENV=/mnt/data/rft-venv")
+    if host.gpus:
+        warn += topology_warnings(host.topology, host.gpus)
+    warn += env_warnings(host.nccl, host.nodes)
     return bad, warn

@@ -28,6 +28,7 @@ from rft.launch.train_options import (
     served_lora_rank,
     uses_actor_as_reference,
 )
+from rft.launch.transport import env_warnings, nccl_env, read_topology, topology_warnings
 from rft.problems import problem_hash
 from rft.provenance import REPO_ROOT, patch_state
 from rft.reward.settings import RewardSettingsError, load_settings
@@ -435,6 +436,14 @@ def gpu_inventory() -> list[dict] | None:
     return gpus
 
 
+def transport_rule(env: Mapping[str, str], gpus: int, nodes: int, rep: Report, facts: dict) -> None:
+    """The GPU topology and the NCCL_* environment into the run record; a GPU pair without NVLink or a variable
+    that turns a transport off is a warning (rft/launch/transport.py)."""
+    topology = read_topology(dict(env))
+    facts["gpu_topology"], facts["nccl_env"] = topology, nccl_env(dict(env))
+    rep.warnings += topology_warnings(topology, gpus) + env_warnings(dict(env), nodes)
+
+
 def _gpu_label(g: dict) -> str:
     return f"{g['index']}:{g['name']} {g['memory_gib']} GiB"
 
@@ -656,6 +665,7 @@ def run_checks(
     else:
         facts["gpus"] = gpus
         check_gpus(needed, profile, gpus, rep, env.get("RAY_ADDRESS"))
+        transport_rule(env, len(gpus or []), getattr(a, "actor_num_nodes", 1) or 1, rep, facts)
         if getattr(a, "vllm_sync_lora_skip", False):
             rep.errors.append("--vllm_sync_lora_skip is an ablation for the CPU profile: it would train nothing")
     rep.blocking += host_ram_rule(profile, a)

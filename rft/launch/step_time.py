@@ -20,56 +20,85 @@ from pathlib import Path
 from rft.io import flag_value
 from rft.launch.memory_plan import GIB, H100_GIB, SHAPES, Shape, actor_plan, on_gpu, recipe_flags, shape_for
 
-PHASES = ("generate", "reward", "logprob", "train", "sync", "eval", "save", "step")
+PHASES = ("generate", "reward", "logprob", "train", "sync", "eval", "save", "other", "step")
 FIGURES_ENV = "RFT_DEVICE_FIGURES"
 
 
 @dataclass(frozen=True)
 class Figure:
+    """A stated figure, its unit and source, and the spread (low, high) its source allows (exact: the value)."""
+
     value: float
     unit: str
     source: str
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        return (self.value if self.low is None else self.low, self.value if self.high is None else self.high)
 
 
 FIGURES: dict[str, Figure] = {
     "peak_bf16_flops": Figure(989e12, "FLOP/s", "H100 SXM dense BF16 tensor core (1,979 with sparsity), "
                               "https://www.nvidia.com/en-us/data-center/h100/"),
-    "actor_mfu": Figure(0.044, "share", "make gpu-check's trainer phase on one H100 (2026-11-27): OpenRLHF's patched "
-                        "Actor under DeepSpeed ZeRO-3 with FusedAdam, gpt-oss-20b at 24 layers, LoRA r32, 1024 + 4096 "
-                        "tokens: one training micro-step 3.50 s = 1.52e14 FLOP by this model's count "
-                        "(docs/gpu-check.md)"),
-    "forward_mfu": Figure(0.043, "share", "the same run's old-log-prob forward (no grad, eval mode, rft's routed "
-                          "experts): 1.11 s for 5,120 tokens (docs/gpu-check.md)"),
+    "actor_mfu": Figure(0.0295, "share", "make gpu-check's trainer phase on one H100 (2026-11-27, torch 2.11): "
+                        "OpenRLHF's patched Actor under DeepSpeed ZeRO-3 (one rank) with FusedAdam, gpt-oss-20b at 24 "
+                        "layers, weights at the init scale, LoRA r32, 1024 + 4096 tokens: one training micro-step "
+                        "5.21 s = 1.52e14 FLOP by this model's count (docs/gpu-check.md); spread: the node's torch "
+                        "2.9.1 kernels and ZeRO-3's hooks over 4 ranks, +-20%", 0.024, 0.035),
+    "forward_mfu": Figure(0.0295, "share", "the same run's old-log-prob forward (no grad, eval mode, rft's routed "
+                          "experts): 1.62 s for 5,120 tokens (docs/gpu-check.md); spread as actor_mfu's",
+                          0.024, 0.035),
     "hbm_bytes_s": Figure(3.35e12, "B/s", "H100 SXM HBM3, https://www.nvidia.com/en-us/data-center/h100/"),
     "allgather_bytes_s": Figure(360e9, "B/s", "NCCL all-gather bus bandwidth over NVLink 4: 450 GB/s a direction "
                                 "(H100 datasheet) x 0.8; nccl-tests 8xH100 busbw 460-480 GB/s all-reduce, "
-                                "https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests"),
+                                "https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests; the smoke "
+                                "measures it (rft/train/allgather_probe.py)", 300e9, 400e9),
     "zero3_gather_share": Figure(0.5, "share", "estimate, not measured: DeepSpeed ZeRO-3's layer-by-layer gathers "
-                                 "(prefetch, hooks, no full overlap at micro-batch 1) against the NCCL figure"),
+                                 "(prefetch, hooks, no full overlap at micro-batch 1) against the NCCL figure; "
+                                 "spread: 100-180 GB/s a gather (an independent read: 100-150 more likely)",
+                                 0.28, 0.5),
     "pcie_bytes_s": Figure(25e9, "B/s", "estimate: half of PCIe Gen5 x16's 64 GB/s a direction (H100 datasheet "
-                           "128 GB/s both ways) for --offload's host-to-GPU fetch of each rank's partition"),
-    "decode_tok_s": Figure(2765, "tok/s", "vLLM gpt-oss-20b MXFP4 on one H100 at 32 concurrent requests "
-                           "(https://github.com/vllm-project/vllm/pull/30598)"),
+                           "128 GB/s both ways) for --offload's host-to-GPU fetch of each rank's partition",
+                           15e9, 40e9),
+    "decode_tok_s": Figure(2765, "tok/s", "BORROWED, not a vLLM decode rate: the output throughput of an SGLang "
+                           "serving benchmark of gpt-oss-20b MXFP4 on one H100 at 32 concurrent requests (prefill "
+                           "and queueing included), as quoted in https://github.com/vllm-project/vllm/pull/30598; no "
+                           "vLLM 0.15 pure-decode figure at 4k tokens is published; spread: vLLM below SGLang to a "
+                           "pure decode above a serving rate", 2000, 3500),
     "decode_batch": Figure(32, "sequences", "the concurrency of the decode_tok_s figure"),
-    "decode_context": Figure(1024, "tokens", "estimate: the mean context of the decode_tok_s benchmark"),
+    "decode_context": Figure(1024, "tokens", "estimate: the mean context of the decode_tok_s benchmark", 512, 2048),
     "decode_lora_factor": Figure(0.589, "share", "vLLM serving a LoRA adapter vs merged weights on an MoE: 2,779 vs "
-                                 "4,721 tok/s (Unsloth's benchmark, vLLM 0.19, Qwen3-30B-A3B, batch 32); LORA_SYNC=native only"),
+                                 "4,721 tok/s (Unsloth's benchmark, vLLM 0.19, Qwen3-30B-A3B, batch 32); LORA_SYNC=native only",
+                                 0.5, 0.8),
     "truncated_share": Figure(0.7, "share", "responses that hit --generate_max_len 4096: 'often above 70%' (issue 28; "
-                              "the ops guide's --generate_max_len row: 'Increase if truncation rate >70%')"),
+                              "the ops guide's --generate_max_len row: 'Increase if truncation rate >70%')", 0.5, 0.85),
     "finished_share": Figure(0.5, "share", "estimate: mean length of a finished response over the budget "
-                             "(lengths spread evenly up to it)"),
-    "prompt_tokens": Figure(256, "tokens", "estimate: a math problem under gpt-oss's chat template"),
+                             "(lengths spread evenly up to it)", 0.3, 0.7),
+    "prompt_tokens": Figure(256, "tokens", "estimate: a math problem under gpt-oss's chat template", 150, 400),
     "reward_per_s": Figure(2118, "samples/s", "exact-match reward through OpenRLHF's path, docs/benchmarks.md"),
     "judge_reward_per_s": Figure(49, "samples/s", "REWARD=judge, blend, 1 s judge answers, docs/benchmarks.md"),
-    "lora_sync_s": Figure(18.0, "s", "the LoRA sync at 20b (24 layers): '~18s per sync' (the ops guide's training loop); "
-                          "scaled by layers"),
+    "sync_call_s": Figure(2.0, "s", "estimate: the LoRA sync's fixed cost a step (the Ray calls to every engine, "
+                          "each worker's merge kernels, the prefix-cache reset); the ops guide's '~18s per sync' is "
+                          "its own estimate, not a measurement", 1.0, 5.0),
+    "object_store_bytes_s": Figure(2e9, "B/s", "estimate: Ray's object store moving the adapter to each engine on "
+                                   "one node (shared memory, then the worker's copy)", 1e9, 5e9),
     "save_s": Figure(20.0, "s", "estimate: DeepSpeed LoRA + Adam checkpoint (~0.2 GB at 20b, "
-                     "benchmarks/bench_ckpt_size.py) and the HF adapter"),
+                     "benchmarks/bench_ckpt_size.py) and the HF adapter", 10.0, 40.0),
+    "eval_truncated_share": Figure(1.0, "share", "estimate: the built-in eval decodes greedily, and a greedy gpt-oss "
+                                   "that loops runs to --generate_max_len; every eval prompt at once, "
+                                   "eval_prompts / engines wide (100 at 20b)", 0.7, 1.0),
+    "overhead_s": Figure(7.5, "s", "estimate: the driver's and Ray's per-call costs a step outside the timed phases "
+                         "(experience batches through the object store, the groups' method calls, the metrics "
+                         "line, the sample dump): 5-10 s", 5.0, 10.0),
+    "tokenizer_call_s": Figure(0.0, "s", "the tokenizer's load per engine call: 0, the engines hold one copy "
+                               "(shared_tokenizer.patch); 0.9.3 pickled it into every call, 0.56 s a load at "
+                               "gpt-oss's 201k vocab (12.9 MB)"),
     "eval_prompts": Figure(200, "prompts", "the OOD probe (probe_set_200_ood.jsonl) when --eval_dataset is not on "
                            "this machine"),
 }
-SHAPE_20B = SHAPES["gpt-oss-20b"]  # the model of the decode_tok_s and lora_sync_s figures
-SYNC_LAYERS = SHAPE_20B.layers
+SHAPE_20B = SHAPES["gpt-oss-20b"]  # the model of the decode_tok_s figure
 MEASURED_TOKENS = 5120  # the actor_mfu figure's micro-step (1024 + 4096)
 
 
@@ -153,6 +182,39 @@ def gather_s(shape: Shape, a: argparse.Namespace, f: dict[str, float]) -> float:
     return s + (base / n / f["pcie_bytes_s"] if a.offload else 0.0)
 
 
+def gather_count(a: argparse.Namespace, samples: float, ref_from_actor: bool = False) -> int:
+    """ZeRO-3 gathers of the frozen base on one rank in one step: one per log-prob forward (the reference's too
+    when it runs on the actor's GPUs) and 3 per training micro-batch (2 without checkpointing)."""
+    if a.zero_stage != 3:
+        return 0
+    batches = forward_batches(a, samples, a.micro_rollout_batch_size)
+    refs = batches if has_reference(a) and (a.colocate_actor_ref or ref_from_actor) else 0
+    per_micro = 3 if a.gradient_checkpointing else 2
+    return batches + refs + a.max_epochs * forward_batches(a, samples, a.micro_train_batch_size) * per_micro
+
+
+FLOOR_SHARE = 0.5  # the transport floor: the all-gather rate at which the gathers alone are half the step
+
+
+def gather_floor(shape: Shape, a: argparse.Namespace, f: dict[str, float], share: float = FLOOR_SHARE
+                 ) -> float | None:
+    """The all-gather rate (B/s) at which the step's ZeRO-3 gathers alone take `share` of the synchronous step,
+    the rest of the step at the model's figures: count x bytes x (1 - share) / (share x the rest); None below
+    ZeRO-3 (nothing is gathered)."""
+    count = gather_count(a, a.rollout_batch_size * a.n_samples_per_prompt)
+    if not count:
+        return None
+    n = a.actor_num_nodes * a.actor_num_gpus_per_node
+    moved = 2 * shape.params * (n - 1) / n
+    p = phases(shape, replace_ns(a, async_train=False), f)
+    rest = p["step"] - count * moved / (f["allgather_bytes_s"] * f["zero3_gather_share"])
+    return count * moved * (1 - share) / (share * rest)
+
+
+def replace_ns(a: argparse.Namespace, **changes) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(a), **changes})
+
+
 def decode_bytes(shape: Shape, batch: float, context: float, tp: int) -> float:
     """Bytes one decode step reads on each GPU of an engine: the bf16 dense weights, the MXFP4 experts any of the
     batch's tokens is routed to, and the batch's KV cache (every other layer only its window)."""
@@ -172,15 +234,27 @@ def decode_step_s(shape: Shape, batch: float, context: float, tp: int, f: dict[s
     return decode_bytes(shape, batch, context, tp) / (f["hbm_bytes_s"] * share)
 
 
-def generate_s(shape: Shape, a: argparse.Namespace, f: dict[str, float], sequences: float) -> float:
-    """The engines decode for the whole budget (the truncated tail sets the time) at the mean live batch."""
+def generate_s(shape: Shape, a: argparse.Namespace, f: dict[str, float], sequences: float,
+               calls: float = 0.0) -> float:
+    """The engines decode for the whole budget (the truncated tail sets the time) at the mean live batch; each
+    engine first loads the tokenizer for each of its `calls` (tokenizer_call_s, on its event loop)."""
     engines = max(a.vllm_num_engines, 1)
+    loads = math.ceil(calls / engines) * f["tokenizer_call_s"]
     live = math.ceil(sequences / engines) * response_tokens(a, f) / a.generate_max_len
     context = sequence_tokens(a, f) - response_tokens(a, f) + a.generate_max_len / 2
     step = decode_step_s(shape, live, context, a.vllm_tensor_parallel_size, f)
     if a.vllm_sync_lora_native:
         step /= f["decode_lora_factor"]
-    return a.generate_max_len * step
+    return loads + a.generate_max_len * step
+
+
+def sync_s(shape: Shape, a: argparse.Namespace, f: dict[str, float]) -> float:
+    """The weight sync from the bytes it moves: a LoRA adapter (bf16 A and B on q/k/v/o) to every engine through
+    the object store plus its fixed cost; a full fine-tune broadcasts the bf16 weights at the NCCL figure."""
+    if not a.lora_rank:
+        return 2 * shape.params / f["allgather_bytes_s"]
+    engines = max(a.vllm_num_engines, 1)
+    return f["sync_call_s"] + engines * 2 * shape.lora_params(a.lora_rank) / f["object_store_bytes_s"]
 
 
 def forward_batches(a: argparse.Namespace, samples: float, micro: int) -> int:
@@ -206,7 +280,7 @@ def phases(shape: Shape, a: argparse.Namespace, f: dict[str, float], ref_from_ac
     """Predicted seconds of each phase of one step, `step` last (the sum, or the overlapped async step)."""
     samples = a.rollout_batch_size * a.n_samples_per_prompt
     tokens = sequence_tokens(a, f)
-    generate = generate_s(shape, a, f, samples)
+    generate = generate_s(shape, a, f, samples, calls=a.rollout_batch_size)
     reward = samples / f["judge_reward_per_s" if a.judge_reward else "reward_per_s"]
     gather = gather_s(shape, a, f)
     batches = forward_batches(a, samples, a.micro_rollout_batch_size)
@@ -221,22 +295,35 @@ def phases(shape: Shape, a: argparse.Namespace, f: dict[str, float], ref_from_ac
     per_micro = compute_s(train_flops(shape, tokens * micro, a.gradient_checkpointing), f)
     gathers = 3 if a.gradient_checkpointing else 2  # forward, the recompute, backward
     train = a.max_epochs * forward_batches(a, samples, micro) * (per_micro + gathers * gather)
-    if a.lora_rank:
-        sync = f["lora_sync_s"] * shape.layers / SYNC_LAYERS
-    else:
-        sync = 2 * shape.params / f["allgather_bytes_s"]
+    sync = sync_s(shape, a, f)
     ev = 0.0
     if a.eval_dataset and a.eval_steps > 0:
         prompts = eval_prompts if eval_prompts is not None else f["eval_prompts"]
-        ev = generate_s(shape, a, f, prompts * a.eval_n_samples_per_prompt) / a.eval_steps
+        greedy = {**f, "truncated_share": f["eval_truncated_share"]}
+        ev = generate_s(shape, a, greedy, prompts * a.eval_n_samples_per_prompt, calls=prompts) / a.eval_steps
     save = f["save_s"] / a.save_steps if a.save_steps > 0 else 0.0
     p = {"generate": generate, "reward": reward, "logprob": logprob, "train": train, "sync": sync, "eval": ev,
-         "save": save}
+         "save": save, "other": f["overhead_s"]}
     if a.async_train:  # 0.9.3: generation holds vLLM's lock, the sync (and an eval on vLLM) waits for it
-        p["step"] = max(generate + reward, logprob + train + save) + sync + ev
+        p["step"] = max(generate + reward, logprob + train + save) + sync + ev + p["other"]
     else:
         p["step"] = sum(p.values())
     return p
+
+
+def corners(shape: Shape, a: argparse.Namespace, f: dict[str, float], ref_from_actor: bool = False,
+            eval_prompts: float | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """(fastest, slowest) figures: each figure with a spread at whichever end makes the step faster (slower), the
+    others as stated; a figure a figures file set is taken as exact."""
+    fast, slow = dict(f), dict(f)
+    for name, fig in FIGURES.items():
+        lo, hi = fig.spread
+        if lo == hi or f[name] != fig.value:
+            continue
+        at_lo = phases(shape, a, {**f, name: lo}, ref_from_actor, eval_prompts)["step"]
+        at_hi = phases(shape, a, {**f, name: hi}, ref_from_actor, eval_prompts)["step"]
+        fast[name], slow[name] = (lo, hi) if at_lo <= at_hi else (hi, lo)
+    return fast, slow
 
 
 def count_rows(path: str | None) -> int | None:
@@ -270,6 +357,8 @@ class Prediction:
     figures: dict[str, float]
     phases: dict[str, float]
     eval_prompts: float | None
+    low: dict[str, float]  # the phases at the fastest end of the figures' spread
+    high: dict[str, float]  # and at the slowest
 
 
 def recipe(argv: list[str]) -> argparse.Namespace | None:
@@ -287,7 +376,9 @@ def predict(argv: list[str], figures: dict[str, float]) -> Prediction | None:
     if shape is None:
         return None
     rows = count_rows(a.eval_dataset)
-    return Prediction(shape, a, figures, phases(shape, a, figures, eval_prompts=rows), rows)
+    fast, slow = corners(shape, a, figures, eval_prompts=rows)
+    return Prediction(shape, a, figures, phases(shape, a, figures, eval_prompts=rows), rows,
+                      phases(shape, a, fast, eval_prompts=rows), phases(shape, a, slow, eval_prompts=rows))
 
 
 def lever_step(pr: Prediction, levers: Levers) -> float:
@@ -338,6 +429,7 @@ PHASE_NOTES = {
     "sync": "LoRA sync to the engines",
     "eval": "the built-in eval, amortised over --eval_steps",
     "save": "the checkpoint, amortised over --save_steps",
+    "other": "the driver's and Ray's per-call costs outside the timed phases",
 }
 
 
@@ -355,16 +447,19 @@ def figures_line(path: str | Path | None) -> str:
 def render(pr: Prediction, figures_path: str | Path | None = None) -> str:
     """The dry run's block: the step in minutes, where the figures come from, a line per phase, then the levers."""
     a, p = pr.recipe, pr.phases
-    kind = "--async_train: max(generate + reward, logprob + train + save) + sync + eval" if a.async_train \
-        else "the sum (synchronous trainer)"
+    kind = "--async_train: max(generate + reward, logprob + train + save) + sync + eval + other" \
+        if a.async_train else "the sum (synchronous trainer)"
+    lo, hi = pr.low, pr.high
     out = [
         f"# step-time model ({pr.shape.name}; rft/launch/step_time.py, docs/step-time.md; estimates from stated "
         f"device figures, not measured; ${FIGURES_ENV} overrides them):",
-        f"predicted step time: {p['step'] / 60:.1f} min",
+        f"predicted step time: {lo['step'] / 60:.1f}-{hi['step'] / 60:.1f} min over the figures' spread "
+        f"({p['step'] / 60:.1f} at the stated figures)",
         f"  {figures_line(figures_path)}",
     ]
-    out += [f"  {name:8} {p[name]:8.1f} s  {PHASE_NOTES[name]}" for name in PHASES[:-1]]
-    out.append(f"  {'step':8} {p['step']:8.1f} s  {kind}")
+    out += [f"  {name:8} {p[name]:8.1f} s  ({lo[name]:.1f}-{hi[name]:.1f})  {PHASE_NOTES[name]}"
+            for name in PHASES[:-1]]
+    out.append(f"  {'step':8} {p['step']:8.1f} s  ({lo['step']:.1f}-{hi['step']:.1f})  {kind}")
     base = candidates(pr)[0]
     out.append(f"levers: (predicted step; the memory plan's total on each actor GPU of {H100_GIB} GiB)")
     out += [lever_line(pr, lv, base) for lv in candidates(pr)[1:] if lever_count(lv, base) == 1]
@@ -397,6 +492,7 @@ def step_block(argv: list[str], figures_path: str | None, facts: dict, warnings:
     if pr is None:
         return ""
     facts["predicted_step_s"] = {name: round(pr.phases[name], 1) for name in PHASES}
+    facts["predicted_step_range_s"] = [round(pr.low["step"], 1), round(pr.high["step"], 1)]
     return render(pr, figures_path)
 
 
@@ -419,7 +515,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if ns.figures:
         for name, fig in FIGURES.items():
-            print(f"{name} = {f[name]:g}  # {fig.unit}; {fig.source}")
+            lo, hi = fig.spread
+            spread = f"; spread {lo:g}-{hi:g}" if lo != hi else ""
+            print(f"{name} = {f[name]:g}  # {fig.unit}{spread}; {fig.source}")
         return 0
     rest = ns.openrlhf_args[1:] if ns.openrlhf_args[:1] == ["--"] else ns.openrlhf_args
     pr = predict(rest, f)

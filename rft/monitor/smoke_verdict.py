@@ -19,6 +19,7 @@ from rft.launch.smoke import SMOKE_STEPS
 from rft.launch.supervise import GPU_FILE, RELAUNCH_FILE, TIMED_OUT
 from rft.monitor.diagnosis import Thresholds
 from rft.monitor.logs import read_metrics
+from rft.train.allgather_probe import transport_statement
 from rft.train.sync_probe import PROBE_BAND, RECIPE_STEPS, judge_sync, recipe_change, slack
 
 KL_BOUND = Thresholds().vllm_kl_fail  # |vllm_kl| after a sync: the monitor's FAIL line (docs/launching.md#smoke-mode)
@@ -145,6 +146,9 @@ def verdict(metrics_dir: Path, run_status: int = 0, **kw) -> tuple[bool, str]:
     statement = recipe_statement(rows)
     if statement is not None:
         lines.append(f"  {'note' if 'does NOT' not in statement else 'WARN'}  {statement}")
+    gathered = next((t for t in (transport_statement(rows[s]) for s in sorted(rows)) if t is not None), None)
+    if gathered is not None:
+        lines.append(f"  {'WARN' if gathered[0] else 'info'}  {gathered[1]}")
     lines += [f"  info  {f}" for f in facts(rows, metrics_dir / GPU_FILE)]
     passed = run_status == 0 and all(ok for _, ok, _ in results)
     lines.append(f"SMOKE {'PASS' if passed else 'FAIL'}")

@@ -37,6 +37,7 @@ import torch
 from rft.io import atomic_write_jsonl
 from rft.reward.blend import JUDGE_LOG_KEYS
 from rft.reward.exact_match import EXTRA_LOG_KEYS
+from rft.train.allgather_probe import ALLGATHER_KEYS
 from rft.train.group_waste import WASTE_KEYS
 from rft.train.loss_diag import DIAG_KEYS
 from rft.train.mismatch import BIN_KEYS as MISMATCH_BIN_KEYS
@@ -115,6 +116,8 @@ KNOWN_KEYS = (
     "rollout_lag",
     # rft: the smoke's sync probe, trainer vs engine (rft.train.sync_probe)
     *PROBE_KEYS,
+    # rft: the smoke's all-gather across the actor ranks (rft.train.allgather_probe)
+    *ALLGATHER_KEYS,
 )
 """Metric keys the patched trainer may write; eval keys (`eval_*`) come on top of these."""
 

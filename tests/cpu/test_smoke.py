@@ -52,6 +52,8 @@ def test_smoke_passes_with_the_sync_and_fails_without_it(tmp_path, inputs):
     assert any(ln.startswith("  PASS  the relaunch resumed from the step-1 DeepSpeed checkpoint") for ln in lines)
     assert any("(before any sync, the floor)" in ln for ln in lines)
     assert any(ln.startswith("  info  sync seconds: ") for ln in lines)
+    # the 2 actor ranks' all-gather (gloo here), stated; the tiny model has no step-time floor
+    assert any(ln.startswith("  info  all-gather: ") and "across 2 actor ranks" in ln for ln in lines)
 
     # the sync-off run in one launch (SMOKE_RESUME_STEP=0): the resume is the first run's to show
     rc, out = smoke(tmp_path, inputs, "cpu-nosync", "--vllm_sync_lora_skip", SMOKE_RESUME_STEP="0")

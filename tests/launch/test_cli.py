@@ -399,6 +399,7 @@ NODE_RAM_GIB = 1900.0  # the 8xH100 node's MemAvailable (host_ram_rule); this ma
 
 FAKE_SMI = """#!/usr/bin/env bash
 # stand-in for the 8xH100 node's nvidia-smi (the only hardware piece this test lacks)
+if [[ "$1" == topo ]]; then cat "$(dirname "$0")/topo.txt"; exit; fi
 for i in 0 1 2 3 4 5 6 7; do echo "$i, NVIDIA H100 80GB HBM3, 81559"; done
 """
 
@@ -408,7 +409,10 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
     (bin_dir / "nvidia-smi").chmod(0o755)
+    (bin_dir / "topo.txt").write_text((Path(__file__).resolve().parent / "topo" / "h100_sxm_nv18.txt").read_text())
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")
+    monkeypatch.delenv("NCCL_P2P_DISABLE", raising=False)
     # stand-in for the node's data disk: this machine's /tmp may hold less than the 50 GiB the 20b profile asks
     monkeypatch.setattr(rules, "free_gib", lambda path: NODE_DISK_FREE_GIB)
     monkeypatch.setattr(prereqs, "mem_available_gib", lambda: NODE_RAM_GIB)
@@ -455,12 +459,17 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     assert record["data_sha256"][str(reward)] == sha256_file(reward)
     assert record["packages"]["openrlhf"] == "0.9.3" and record["patches"]["applied"] is True
     assert len(record["gpus"]) == 8 and record["gpus"][0]["memory_gib"] == 79.6
+    assert record["gpu_topology"].splitlines()[1].startswith("GPU0\t X \tNV18") and record["nccl_env"]["NCCL_DEBUG"] == "WARN"
+    assert "GPU topology" not in out.err and "NCCL_P2P_DISABLE" not in out.err
     assert "LR preflight: OK" in record["lr_preflight"]
     assert record["loss_aggregation"] == "dr_grpo_constant"  # the estimator's default (rft.train.loss_aggregation)
     # the step-time model's phases, the monitor's contract (rft.launch.step_time; the names of the time_*_s keys)
     predicted = record["predicted_step_s"]
-    assert sorted(predicted) == sorted(["generate", "reward", "logprob", "train", "sync", "eval", "save", "step"])
+    assert sorted(predicted) == sorted(["generate", "reward", "logprob", "train", "sync", "eval", "save", "other",
+                                        "step"])
     assert predicted["step"] == pytest.approx(sum(v for k, v in predicted.items() if k != "step"), abs=0.5)
+    low, high = record["predicted_step_range_s"]
+    assert low < predicted["step"] < high
     assert "predicted step time:" in out.err
     # The date gpt-oss's template writes into the training prompts, for eval_posthoc.py --chat-date.
     today = datetime.date.today().isoformat()

@@ -21,7 +21,8 @@ from rft.provenance import REPO_ROOT as ROOT
 
 GOOD = Host(python_version=(3, 12, 3), python="python3", gpus=8, driver=(570, 133, 20), nvcc_release=(12, 8),
             shm_gib=64.0, nofile=(1048576, 1048576), mem_available_gib=1900.0, cache_dir=Path("/mnt/data/hf"),
-            cache_free_gib=3000.0, venv_free_gib=3000.0)
+            cache_free_gib=3000.0, venv_free_gib=3000.0,
+            topology=(Path(__file__).resolve().parent / "topo" / "h100_sxm_nv18.txt").read_text())
 
 
 def test_a_good_node_has_nothing_to_fix():

@@ -144,3 +144,14 @@ def test_the_cli_exit_status(tmp_path):
     assert res.returncode == 1 and res.stdout.strip().endswith("SMOKE FAIL")
     assert "step 1: FAIL engine moved against the trainer" in res.stdout and "wrong sign" in res.stdout
     assert "step 2: ok" in res.stdout
+
+
+def test_the_all_gather_is_stated_and_warns_below_its_floor(tmp_path):
+    """The first sync's all-gather (rft.train.allgather_probe): info above the floor, WARN below it; never a FAIL."""
+    gathered = {"allgather_gb_s": 140.0, "allgather_ranks": 4.0, "allgather_shard_mb": 437.0,
+                "allgather_model_gb_s": 360.0, "allgather_floor_gb_s": 28.8}
+    passed, text = verdict(write(tmp_path, [row(1, **gathered), row(2), row(3)]))
+    assert passed and "info  all-gather: 140.0 GB/s bus rate across 4 actor ranks" in text
+    passed, text = verdict(write(tmp_path, [row(1, **{**gathered, "allgather_gb_s": 9.5}), row(2), row(3)]))
+    assert passed and "WARN  all-gather: 9.5 GB/s" in text and "BELOW the floor 28.8 GB/s" in text
+    assert "all-gather" not in verdict(write(tmp_path, [row(1), row(2), row(3)]))[1]

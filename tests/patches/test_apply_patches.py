@@ -72,12 +72,19 @@ def test_series_names_every_patch_once():
         assert "+++ b/openrlhf/" in text, name
 
 
+def exists_here(mod: str, name: str) -> bool:
+    """`from mod import name` resolves in this tree (not another checkout's): a module's name, or a submodule."""
+    path = ROOT / mod.replace(".", "/")
+    if (path / f"{name}.py").is_file():
+        return True
+    return Path(f"{path}.py").is_file() and hasattr(importlib.import_module(mod), name)
+
+
 def test_every_rft_name_a_patch_imports_exists():
     found = {name: rft_imports((PATCHES / name).read_text()) for name in series()}
     assert ("rft.train.robust_rewards", "unify_info_keys") in found["experience_maker.patch"]  # the reader's own check
     missing = [f"{patch}: from {mod} import {name}" for patch, names in found.items() for mod, name in names
-               if not (ROOT / (mod.replace(".", "/") + ".py")).is_file()  # this tree's, not another checkout's
-               or not hasattr(importlib.import_module(mod), name)]
+               if not exists_here(mod, name)]
     assert not missing, missing
 
 

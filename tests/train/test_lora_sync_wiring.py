@@ -263,6 +263,7 @@ def test_cuda_synchronize_precedes_weight_sync_group_init(patched_openrlhf, dist
     monkeypatch.setattr(ppo_actor, "stateless_init_process_group", lambda *a, **k: events.append("group_init"))
     monkeypatch.setattr(ray._private.services, "get_node_ip_address", lambda: "127.0.0.1")
     monkeypatch.setattr(ray, "get", lambda refs: refs)
+    monkeypatch.setattr("rft.train.waits.get", lambda refs, role, *a, **k: refs)  # stand-in engine: plain values
     monkeypatch.setattr(ppo_actor, "torch_dist_barrier_and_cuda_sync", lambda: events.append("barrier"))
     buffer_cls = ppo_actor.NaiveReplayBuffer  # built by __init__ right before the weight-sync group set-up
     monkeypatch.setattr(ppo_actor, "NaiveReplayBuffer", lambda *a, **k: events.append("init") or buffer_cls(*a, **k))

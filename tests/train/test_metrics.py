@@ -173,6 +173,7 @@ def test_sync_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypatc
 
     monkeypatch.setenv("SAMPLES_LOG_EVERY", "2")
     monkeypatch.setattr("ray.get", lambda refs: refs)  # the groups are stand-ins returning plain values
+    monkeypatch.setattr("rft.train.waits.get", lambda refs, role, *a, **k: refs)
     tr, group = loop_trainer(PPOTrainer, log_dirs)
     batches = iter([(rollout(s), None, 2, False) for s in range(3)] + [([], None, 0, True)])
     from rft.train.prompt_filter import PromptFilter
@@ -196,6 +197,7 @@ def test_async_trainer_fit_logs_every_step(patched_openrlhf, log_dirs, monkeypat
 
     monkeypatch.setenv("SAMPLES_LOG_EVERY", "2")
     monkeypatch.setattr("ray.get", lambda refs: refs)
+    monkeypatch.setattr("rft.train.waits.get", lambda refs, role, *a, **k: refs)
     tr, group = loop_trainer(TrainingActor, log_dirs)
     tr.rollout_queue, tr.rollout_slots = queue.Queue(), queue.Queue()
     for s in range(3):  # the generator's rollout timing rides in client_states, never into the checkpoint

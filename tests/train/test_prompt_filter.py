@@ -155,6 +155,7 @@ def test_the_patched_fit_loop_runs_the_step_budget_over_several_passes(patched_o
     from tests.train.trainer_standins import loop_trainer, rollout
 
     monkeypatch.setattr("ray.get", lambda refs: refs)
+    monkeypatch.setattr("rft.train.waits.get", lambda refs, role, *a, **k: refs)  # stand-ins: plain values
     for active in (True, False):
         monkeypatch.setenv("METRICS_LOG_DIR", str(tmp_path / f"m{active}"))
         monkeypatch.delenv("SAMPLES_LOG_DIR", raising=False)

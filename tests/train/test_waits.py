@@ -1,0 +1,125 @@
+"""rft.train.waits on a real local Ray, and every wait of the patched OpenRLHF routed through it or timed."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from rft.train import waits
+
+PATCHES = Path(__file__).resolve().parents[2] / "patches"
+
+
+def patched_files() -> list[str]:
+    """The OpenRLHF files the series changes."""
+    names = [ln.strip() for ln in (PATCHES / "series").read_text().splitlines() if ln.strip() and ln[0] != "#"]
+    files = {m for n in names for m in re.findall(r"^\+\+\+ b/(\S+)", (PATCHES / n).read_text(), re.M)}
+    return sorted(files)
+
+
+def untimed_ray_gets(source: str) -> list[int]:
+    """Lines of `ray.get(...)` calls without a `timeout=` keyword."""
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "ray"
+            and not any(k.arg == "timeout" for k in node.keywords)]
+
+
+def test_the_scan_finds_an_untimed_wait():
+    assert untimed_ray_gets("import ray\nray.get(x)\nray.get(x, timeout=3)\nwaits.get(x, role='a')\n") == [2]
+
+
+def test_every_ray_get_in_the_patched_files_has_a_deadline(patched_openrlhf):
+    """Rank 0 never waits on engines or actor groups without a deadline: each `ray.get` in a file the series
+    patches carries a timeout, or the wait goes through rft.train.waits.get / rft.train.engine_calls.gather."""
+    files = patched_files()
+    assert "openrlhf/trainer/ppo_trainer.py" in files and len(files) > 10
+    found = {f: untimed_ray_gets((patched_openrlhf / f).read_text()) for f in files}
+    assert not {f: lines for f, lines in found.items() if lines}, "ray.get without a deadline (file: lines)"
+
+
+# --- on a real local Ray --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def rank_class(ray_local):
+    class Rank:
+        def pid(self) -> int:
+            return os.getpid()
+
+        def work(self, seconds: float) -> int:
+            time.sleep(seconds)
+            return os.getpid()
+
+        def fail(self) -> None:
+            raise ValueError("bad batch")
+
+    return ray_local.remote(num_cpus=0)(Rank)
+
+
+def test_answers_come_back_in_order(ray_local, rank_class):
+    ranks = [rank_class.remote() for _ in range(2)]
+    pids = ray_local.get([r.pid.remote() for r in ranks], timeout=60)
+    assert waits.get([ranks[0].work.remote(0.5), ranks[1].work.remote(0)], "actor group", 30) == pids
+    assert waits.get(ranks[1].work.remote(0), "actor group", 30) == pids[1]
+
+
+def test_a_sigkilled_rank_fails_the_wait_naming_role_and_rank_at_once(ray_local, rank_class):
+    """Rank 1 is SIGKILLed mid-call while rank 0 stays busy (as in a collective): the wait raises within seconds,
+    well inside its deadline, naming the role and rank 1."""
+    ranks = [rank_class.remote() for _ in range(2)]
+    victim = ray_local.get(ranks[1].pid.remote(), timeout=60)
+    refs = [r.work.remote(60) for r in ranks]
+    time.sleep(1)
+    os.kill(victim, signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(waits.RoleDied, match=r"actor group: rank 1 died"):
+        waits.get(refs, "actor group", 120)
+    assert time.monotonic() - start < 30
+    for r in ranks:
+        ray_local.kill(r)
+
+
+def test_a_silent_rank_fails_at_the_deadline_named(ray_local, rank_class):
+    ranks = [rank_class.remote() for _ in range(2)]
+    refs = [ranks[0].work.remote(0), ranks[1].work.remote(60)]
+    start = time.monotonic()
+    with pytest.raises(waits.WaitTimeout, match=r"reference group: no answer from ref 1 for [23] s \(deadline 2 s"):
+        waits.get(refs, "reference group", 2, names=["ref 0", "ref 1"])
+    assert 2 <= time.monotonic() - start < 10
+    for r in ranks:
+        ray_local.kill(r)
+
+
+def test_a_task_error_keeps_its_type_and_names_the_rank(ray_local, rank_class):
+    ranks = [rank_class.remote() for _ in range(2)]
+    with pytest.raises(ValueError, match="bad batch") as info:
+        waits.get([ranks[0].work.remote(0), ranks[1].fail.remote()], "critic group", 30)
+    assert "rft: raised by critic group rank 1" in info.value.__notes__
+
+
+def test_the_deadline_setting(monkeypatch):
+    monkeypatch.delenv(waits.TIMEOUT_ENV, raising=False)
+    assert waits.resolve_timeout(None) == waits.DEFAULT_TIMEOUT_S and waits.resolve_timeout(0) == 0
+    monkeypatch.setenv(waits.TIMEOUT_ENV, "90")
+    assert waits.resolve_timeout(None) == 90 and waits.resolve_timeout(5) == 5
+    monkeypatch.setenv(waits.TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match="RFT_WAIT_TIMEOUT_S='soon'"):
+        waits.resolve_timeout(None)
