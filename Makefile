@@ -74,9 +74,10 @@ mutate: venv
 bench: venv
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
-# make gpu-check: the trainer side at real gpt-oss shapes on one GPU in <= 6 min (docs/gpu-check.md); without CUDA
-# the tiny configuration. Report: $(GPU_CHECK_DIR)/out/gpu_check.{json,md}. Runs in .venv where it exists, else
-# python3 with $(GPU_CHECK_DIR)/site first on the path (make gpu-check-wheels here, gpu-check-install there).
+# make gpu-check: the trainer side at real gpt-oss shapes on one GPU in <= 8 min (docs/gpu-check.md); without CUDA
+# the tiny configuration. Report: $(GPU_CHECK_DIR)/out/gpu_check.{json,md} and device_figures.toml (RFT_DEVICE_FIGURES).
+# Runs in .venv where it exists, else python3 with $(GPU_CHECK_DIR)/site first on the path (make gpu-check-wheels
+# here, gpu-check-install there).
 GPU_CHECK_DIR ?= .gpu-check
 GPU_CHECK_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 GPU_CHECK_SITE := $(if $(wildcard $(GPU_CHECK_DIR)/site),$(abspath $(GPU_CHECK_DIR)/site):)
