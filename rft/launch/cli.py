@@ -185,7 +185,9 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
     if fits is False:
         rep.warnings.append("memory plan: the actor does not fit its GPUs by the estimate below "
                             "(--offload --adam_offload, or more actor GPUs)")
-    steps = "" if profile.cpu else step_block(rest, env.get(FIGURES_ENV), facts, rep.warnings)
+    # the CPU profile's tiny model has no stated figures: its step is predicted from a calibrated figures file only
+    steps = "" if profile.cpu and not env.get(FIGURES_ENV) else step_block(
+        rest, env.get(FIGURES_ENV), facts, rep.warnings, any_model=profile.cpu)
     repo = Path(ns.repo)
     try:
         state = git_state(repo, os.environ.get("ATTEMPT"))

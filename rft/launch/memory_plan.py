@@ -84,6 +84,26 @@ def shape_for(pretrain: str) -> Shape | None:
     return next((s for key, s in SHAPES.items() if key in low), None)
 
 
+def config_shape(pretrain: str) -> Shape | None:
+    """The shape of any local decoder checkpoint from its config.json (a dense MLP counts as one expert, top-1);
+    None when there is no config on disk. What a calibrated step-time model of another model runs on."""
+    cfg_path = Path(pretrain) / "config.json"
+    if not cfg_path.is_file():
+        return None
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    hidden, layers, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or hidden // heads
+    kv = cfg.get("num_key_value_heads") or heads
+    experts, top_k = cfg.get("num_local_experts") or 1, cfg.get("num_experts_per_tok") or 1
+    dim = cfg["intermediate_size"]
+    q_dim, kv_dim = heads * head_dim, kv * head_dim
+    params = (layers * (2 * hidden * q_dim + 2 * hidden * kv_dim + experts * 3 * hidden * dim + hidden * experts)
+              + vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2))
+    return Shape(f"{cfg.get('model_type', 'model')} ({layers} layers, {pretrain})", params, layers, hidden, q_dim,
+                 kv_dim, experts, dim, vocab, heads, 0.0, top_k, cfg.get("sliding_window") or 128)
+
+
 @dataclass(frozen=True)
 class Line:
     item: str

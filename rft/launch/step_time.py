@@ -18,7 +18,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rft.io import flag_value
-from rft.launch.memory_plan import GIB, H100_GIB, SHAPES, Shape, actor_plan, on_gpu, recipe_flags, shape_for
+from rft.launch.memory_plan import (
+    GIB,
+    H100_GIB,
+    SHAPES,
+    Shape,
+    actor_plan,
+    config_shape,
+    on_gpu,
+    recipe_flags,
+    shape_for,
+)
 
 PHASES = ("generate", "reward", "logprob", "train", "sync", "eval", "save", "other", "step")
 FIGURES_ENV = "RFT_DEVICE_FIGURES"
@@ -369,10 +379,13 @@ def recipe(argv: list[str]) -> argparse.Namespace | None:
     return a
 
 
-def predict(argv: list[str], figures: dict[str, float]) -> Prediction | None:
-    """The predicted step of the resolved OpenRLHF flags; None when the model is not a known gpt-oss."""
+def predict(argv: list[str], figures: dict[str, float], any_model: bool = False) -> Prediction | None:
+    """The predicted step of the resolved OpenRLHF flags; None when the model is not a known gpt-oss (`any_model`:
+    any local checkpoint with a config.json, for figures calibrated on it)."""
     a = recipe(argv)
     shape = shape_for(a.pretrain or "") if a is not None else None
+    if shape is None and a is not None and any_model:
+        shape = config_shape(a.pretrain or "")
     if shape is None:
         return None
     rows = count_rows(a.eval_dataset)
@@ -481,11 +494,51 @@ def lever_line(pr: Prediction, lv: Levers, base: Levers) -> str:
 
 
 
-def step_block(argv: list[str], figures_path: str | None, facts: dict, warnings: list[str]) -> str:
+# phase -> the figure its time is inversely monotone in, which calibration solves for
+CALIBRATED = {"generate": "decode_tok_s", "reward": "reward_per_s", "logprob": "forward_mfu", "train": "actor_mfu",
+              "sync": "sync_call_s", "save": "save_s", "other": "overhead_s"}
+
+
+def solve_figure(phase: str, target_s: float, shape: Shape, a: argparse.Namespace, f: dict[str, float]) -> float:
+    """The value of CALIBRATED[phase] at which the model's `phase` takes `target_s` (bisection in log space)."""
+    name = CALIBRATED[phase]
+    if name in ("sync_call_s", "save_s", "overhead_s"):  # seconds added to the phase: solved in closed form
+        base = phases(shape, a, {**f, name: 0.0})[phase]
+        per = phases(shape, a, {**f, name: 1.0})[phase] - base
+        return max(0.0, (target_s - base) / per) if per > 0 else f[name]
+    lo, hi = f[name] * 1e-9, f[name] * 1e9
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        if phases(shape, a, {**f, name: mid})[phase] > target_s:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(lo * hi)
+
+
+def calibrate(argv: list[str], measured: dict[str, float]) -> dict[str, float]:
+    """The figures at which the model of the run `argv` reproduces its measured mean seconds per phase (phases the
+    run did not spend time in, or that the model has no figure for, keep the stated figures)."""
+    f = load_figures(None)
+    pr = predict(argv, f, any_model=True)
+    if pr is None:
+        raise ValueError("no step-time model for this command: --pretrain is neither a known gpt-oss nor a local "
+                         "checkpoint with a config.json")
+    out = {}
+    for phase, name in CALIBRATED.items():
+        if measured.get(phase, 0.0) > 0 and pr.phases[phase] > 0:
+            out[name] = solve_figure(phase, measured[phase], pr.shape, pr.recipe, f)
+        elif phase == "other" and phase in measured:
+            out[name] = measured[phase]
+    return out
+
+
+def step_block(argv: list[str], figures_path: str | None, facts: dict, warnings: list[str],
+               any_model: bool = False) -> str:
     """The launcher's step-time block of the resolved flags (empty for an unknown model); the phases go into
     `facts["predicted_step_s"]` for the run record, a bad figures file into `warnings`."""
     try:
-        pr = predict(argv, load_figures(figures_path))
+        pr = predict(argv, load_figures(figures_path), any_model)
     except FiguresError as e:
         warnings.append(f"step-time model: {e}")
         return ""

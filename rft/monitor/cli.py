@@ -6,6 +6,7 @@ python -m rft.monitor [METRICS_DIR] [--follow | --check | --plot out.png | --tab
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -206,6 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(--ckpt-path), then end the run (SIGINT to the run record's driver_pid) and write the reason into the "
         "run record; the run stays resumable. Without it --follow only reports",
     )
+    p.add_argument(
+        "--calibrate",
+        metavar="TOML",
+        help="write the step-time model's figures this run measured (its mean time_*_s after the first step) to "
+        "this device-figures file, for RFT_DEVICE_FIGURES of the next dry run, and exit",
+    )
     add_env_flag(p, "--record-dir", "RUN_RECORD_DIR", "where the run's run_record_*.json is",
                  otherwise=", else the metrics directory")
     for flag, default, text in NUMERIC_FLAGS:
@@ -362,6 +369,18 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.calibrate:
+        from rft.monitor.calibrate import write_calibration
+
+        folder = record_dir(args)
+        try:
+            found = newest_record(folder) if folder.is_dir() else None
+            record = json.loads(found.read_text(encoding="utf-8")) if found else None
+            print(write_calibration(log, record, Path(args.calibrate), args.metrics))
+        except ValueError as e:
+            print(f"error: --calibrate: {e}", file=sys.stderr)
+            return 2
+        return 0
     spikes, spike_notes = read_spikes(args.spike_log or spike_log_path(args.metrics))
     verdicts = diagnose(log, spikes, thresholds(args))
     for note in log.notes + spike_notes:

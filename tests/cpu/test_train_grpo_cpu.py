@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -153,6 +154,29 @@ def test_the_run_dir_holds_metrics_samples_spikes_checkpoints_adapter_and_dashbo
     assert all(abs(r["entropy_mean"] - r["entropy_loss"]) < 0.05 for r in rows)  # two routes to the same mean
     record = json.loads(next((run_dir / "metrics").glob("run_record_*.json")).read_text())
     assert record["profile"] == "cpu" and record["attempt_tag"] is None
+
+
+def test_calibrated_on_the_run_the_cpu_dry_run_predicts_its_step(runs, inputs, tmp_path):
+    """`--calibrate` on the demo run, then the CPU profile's dry run with that file: the predicted step lands within
+    25% of the run's measured mean step (docs/step-time.md#calibrating-on-a-run)."""
+    from rft.monitor.calibrate import measured
+    from rft.monitor.logs import read_metrics
+
+    metrics, figures = runs["sync"]["dir"] / "metrics", tmp_path / "cpu.toml"
+    cal = subprocess.run([sys.executable, "-m", "rft.monitor", str(metrics), "--calibrate", str(figures)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert cal.returncode == 0 and f"wrote {figures}" in cal.stdout, cal.stderr
+    step = measured(read_metrics(str(metrics)))[0]["step"]
+    env = cpu_env(tmp_path, inputs, "dry", RFT_DEVICE_FIGURES=str(figures))
+    dry = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    m = re.search(r"^  figures: (.*)$(?s:.*?)^  step +(\d+\.\d) s", dry.stderr, re.M)
+    assert m and str(figures) in m.group(1) and "calibrated on" in m.group(1), dry.stderr[-3000:]
+    assert float(m.group(2)) == pytest.approx(step, rel=0.25)
+    no_file = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, cwd=ROOT,
+                             env=cpu_env(tmp_path, inputs, "dry"), timeout=300)
+    assert "predicted step time" not in no_file.stderr  # no stated figures describe the tiny model
 
 
 def test_eval_posthoc_vllm_and_monitor_check_on_the_final_adapter(runs, inputs, tmp_path):
