@@ -9,6 +9,7 @@ rollout/trainer gap, stays near zero after each sync but grows without it (the m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -309,6 +310,55 @@ def test_a_sync_failure_stops_every_rank_within_seconds(inputs, tmp_path):
     assert "LoRA sync to vLLM failed on rank 0, stopping every rank" in log, log[-6000:]
     assert "embed_tokens.lora_embedding_A" in log
     assert time.time() - started < 400  # without the broadcast rank 1 waits on the barrier for 60 minutes
+
+
+def _role_processes(name: str, title: str) -> list:
+    """This run's Ray worker processes of one actor class (Ray's head daemonizes: found by the environment the
+    workers inherit from the script, RUN_NAME=name, not by parentage)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if (proc.info["cmdline"] or [""])[0].startswith(f"ray::{title}") and \
+                    proc.environ().get("RUN_NAME") == name:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("title,sig,message", [
+    ("LLMRayActor", signal.SIGSTOP, r"vLLM engine call .*: no answer from .* for \d+ s"),
+    ("PolicyModelActor", signal.SIGKILL, r"actor.*: rank \d died while rank 0 waited on it"),
+])
+def test_a_silent_engine_or_a_killed_actor_rank_ends_the_run_named(inputs, tmp_path, title, sig, message):
+    """The real patched trainer: an engine stopped mid-run (SIGSTOP: alive, silent) ends the run at
+    --vllm_call_timeout naming the engine; an actor rank SIGKILLed mid-step ends it at once naming the rank."""
+    name = f"fault-{title.lower()}"
+    proc = launch(tmp_path, inputs, name, *SHORT, "--vllm_call_timeout", "30")
+    victims: list = []
+    try:
+        deadline = time.time() + 900
+        while time.time() < deadline and proc.poll() is None:
+            rows = tmp_path / name / "metrics" / "training_metrics.jsonl"
+            if rows.exists() and len(rows.read_text().splitlines()) >= 3:
+                break
+            time.sleep(1)
+        victims = _role_processes(name, title)
+        assert proc.poll() is None and victims, (tmp_path / f"{name}.log").read_text()[-3000:]
+        hit = time.time()
+        victims[0].send_signal(sig)
+        rc = proc.wait(timeout=300)
+        took = time.time() - hit
+    finally:
+        for v in victims:
+            with contextlib.suppress(Exception):
+                v.send_signal(signal.SIGCONT)
+        stop_group(proc)
+    log = (tmp_path / f"{name}.log").read_text(errors="replace")
+    assert rc != 0 and re.search(message, log), log[-4000:]
+    assert took < (30 + 120 if sig == signal.SIGSTOP else 120), took
 
 
 def test_reward_errors_and_missing_labels_are_counted_not_fatal(faulty):
