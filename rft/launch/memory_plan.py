@@ -2,9 +2,9 @@
 
 "exact" lines are arithmetic on the model's parameter counts (bytes per parameter x parameters / GPUs); estimate
 lines model what depends on runtime behaviour (ZeRO-3's gather working set, activations under gradient
-checkpointing with the trainer's attention path, `--attn_implementation`, the CUDA context and allocator slack, vLLM's KV cache); the activation
-coefficients are counted per op through the real code on CPU. Nothing here was measured on a GPU; "size" is the
-published checkpoint's size.
+checkpointing with the trainer's `--attn_implementation` path, the CUDA context and allocator slack, vLLM's KV
+cache); the activation coefficients are counted per op through the real code on CPU. Nothing here was measured on
+a GPU; "size" is the published checkpoint's size.
 """
 
 from __future__ import annotations
@@ -176,7 +176,8 @@ def attention_term(shape: Shape, mb: int, t: int, path: str) -> tuple[float, str
         lse = mb * shape.heads * t * 4
         return lse, f"one layer's {path} attention: no T x T tensor, fp32 LSE {mb} x {shape.heads} heads x {t}"
     name = "eager" if path == "eager" else f"{path} counted as eager"
-    return ATTN_PEAK * txt, f"one layer's {name} attention {ATTN_PEAK} x bf16 {mb} x {shape.heads} heads x {t} x {t + 1}"
+    return ATTN_PEAK * txt, (f"one layer's {name} attention {ATTN_PEAK} x bf16 {mb} x {shape.heads} heads x "
+                             f"{t} x {t + 1}")
 
 
 def activation_lines(shape: Shape, a: argparse.Namespace) -> list[Line]:
