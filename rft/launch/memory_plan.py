@@ -2,9 +2,9 @@
 
 "exact" lines are arithmetic on the model's parameter counts (bytes per parameter x parameters / GPUs); estimate
 lines model what depends on runtime behaviour (ZeRO-3's gather working set, activations under gradient
-checkpointing with eager attention, the CUDA context and allocator slack, vLLM's KV cache); the activation
-coefficients are counted per op through the real code on CPU. Nothing here was measured on a GPU; "size" is the
-published checkpoint's size.
+checkpointing with the trainer's `--attn_implementation` path, the CUDA context and allocator slack, vLLM's KV
+cache); the activation coefficients are counted per op through the real code on CPU. Nothing here was measured on
+a GPU; "size" is the published checkpoint's size.
 """
 
 from __future__ import annotations
@@ -124,6 +124,7 @@ def recipe_flags(argv: list[str]) -> argparse.Namespace | None:
     does not parse)."""
     p = _Lenient(add_help=False)
     p.add_argument("--pretrain")
+    p.add_argument("--attn_implementation", default="flash_attention_2")
     p.add_argument("--actor_num_nodes", type=int, default=1)
     p.add_argument("--actor_num_gpus_per_node", type=int, default=8)
     p.add_argument("--vllm_num_engines", type=int, default=0)  # OpenRLHF's None: no engines
@@ -176,18 +177,42 @@ ENTROPY_KEPT = 0  # --entropy_loss_coef 0 still passes return_entropy=True (ppo_
 # softmax (eager would keep that: +1). H200: the same peak with and without it.
 
 
+EAGER_FP32 = "rft_eager_fp32"  # rft.attention's path names (that module imports torch; this one must not)
+FLEX = "rft_flex"
+EAGER_FP32_PEAK = 2 * ATTN_PEAK  # bf16 units of mb x heads x T x (T+1) in one layer's rft_eager_fp32 backward:
+# eager's 4 tensors in fp32 (rft.attention.eager_fp32_attention: fp32 scores, softmax and grads). Counted per op on
+# CPU: 7.0 (3 kept by the forward: the fp32 probabilities and their bf16 cast for PV); one H100 measured the
+# difference to eager as +12.58 GiB at 20b and 5,120 tokens (4.0 units; docs/gpu-check.md): the plan takes 8.
+
+
+def attention_term(shape: Shape, mb: int, t: int, path: str) -> tuple[float, str]:
+    """(bytes, description) of one layer's attention backward on the trainer's `--attn_implementation` path; a
+    name other than rft's two is counted as eager."""
+    txt = mb * shape.heads * t * (t + 1) * 2
+    if path == EAGER_FP32:
+        return EAGER_FP32_PEAK * txt, (f"one layer's {path} attention {ATTN_PEAK} x fp32 {mb} x {shape.heads} heads x "
+                                       f"{t} x {t + 1}")
+    if path == FLEX:
+        lse = mb * shape.heads * t * 4
+        return lse, f"one layer's {path} attention: no T x T tensor, fp32 LSE {mb} x {shape.heads} heads x {t}"
+    name = "eager" if path == "eager" else f"{path} counted as eager"
+    return ATTN_PEAK * txt, (f"one layer's {name} attention {ATTN_PEAK} x bf16 {mb} x {shape.heads} heads x "
+                             f"{t} x {t + 1}")
+
+
 def activation_lines(shape: Shape, a: argparse.Namespace) -> list[Line]:
-    """Per actor GPU: checkpointed layer inputs, and the larger of the logits' and one layer's attention backward."""
+    """Per actor GPU: checkpointed layer inputs, and the larger of the logits' and one layer's attention backward
+    (the `--attn_implementation` path's)."""
     t = a.prompt_max_len + a.generate_max_len
     mb = a.micro_train_batch_size
     entropy = a.entropy_loss_coef is not None  # OpenRLHF's return_entropy
     ckpt = shape.layers * mb * t * shape.hidden * 2
-    txt = mb * shape.heads * t * (t + 1) * 2
     txv = mb * t * shape.vocab * 4
     extra = ENTROPY_KEPT if entropy else 0
     kept = OUTPUT_KEPT + extra  # what outlives the logits' backward into every layer's
     logits_units = LOGITS_PEAK + extra
-    logits, attn = logits_units * txv, ATTN_PEAK * txt + kept * txv
+    attn_bytes, attn_what = attention_term(shape, mb, t, a.attn_implementation)
+    logits, attn = logits_units * txv, attn_bytes + kept * txv
     why = ("--entropy_loss_coef set: compiled entropy graph, no softmax kept" if entropy
            else "no --entropy_loss_coef: no entropy graph")
     return [
@@ -198,8 +223,7 @@ def activation_lines(shape: Shape, a: argparse.Namespace) -> list[Line]:
         ),
         Line(
             f"backward peak, the larger of: logits {logits_units} x fp32 {mb} x {t} x {shape.vocab} "
-            f"({logits / GIB:.1f}) and one layer's eager attention {ATTN_PEAK} x bf16 {mb} x {shape.heads} heads x "
-            f"{t} x {t + 1} + {kept} x fp32 logits-sized ({attn / GIB:.1f}); {why}",
+            f"({logits / GIB:.1f}) and {attn_what} + {kept} x fp32 logits-sized ({attn / GIB:.1f}); {why}",
             max(logits, attn) / GIB,
             "estimate",
         ),

@@ -106,7 +106,8 @@ def is_gpt_oss(pretrain: str | None) -> bool:
 
 
 def attention_rule(args: argparse.Namespace, argv: list[str]) -> tuple[list[str], list[str]]:
-    """gpt-oss must keep its attention sinks: refuse flash_attention_2 / sdpa and --packing_samples."""
+    """gpt-oss must keep its attention sinks: refuse flash_attention_2 / sdpa and --packing_samples; WARN that
+    rft_flex's training backward has not compiled on a GPU yet."""
     if not is_gpt_oss(args.pretrain):
         return [], []
     if args.packing_samples:
@@ -129,6 +130,12 @@ def attention_rule(args: argparse.Namespace, argv: list[str]) -> tuple[list[str]
     if impl not in ("eager", "rft_eager_fp32", "rft_flex"):  # rft.attention.PATHS: sinks kept in both passes
         return [], [
             f"--attn_implementation {impl}: make sure it honours gpt-oss attention sinks in forward and backward"
+        ]
+    if impl == "rft_flex":  # a WARN: the failure is loud, and on another torch than the node's (docs/attention.md)
+        return [], [
+            "--attn_implementation rft_flex is untested for training: torch inductor failed to compile flex "
+            "attention's backward (triton CompilationError) on the one GPU check (torch 2.11, docs/gpu-check.md); "
+            "the node's torch 2.9.1 is untried. Run SMOKE=1 first: a failure stops the first training step"
         ]
     return [], []
 

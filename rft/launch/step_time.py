@@ -19,6 +19,8 @@ from pathlib import Path
 
 from rft.io import flag_value
 from rft.launch.memory_plan import (
+    EAGER_FP32,
+    FLEX,
     GIB,
     H100_GIB,
     SHAPES,
@@ -60,6 +62,11 @@ FIGURES: dict[str, Figure] = {
     "forward_mfu": Figure(0.0295, "share", "the same run's old-log-prob forward (no grad, eval mode, rft's routed "
                           "experts): 1.62 s for 5,120 tokens (docs/gpu-check.md); spread as actor_mfu's",
                           0.024, 0.035),
+    "eager_fp32_train_factor": Figure(1.13, "x", "make gpu-check on one H100, 2026-11-27, docs/gpu-check.md: the same "
+                                      "training micro-step with --attn_implementation rft_eager_fp32, 5.90 s against "
+                                      "eager's 5.21 (forward 1.78 vs 1.69, backward 4.07 vs 3.48)"),
+    "eager_fp32_forward_factor": Figure(1.11, "x", "make gpu-check on one H100, 2026-11-27, docs/gpu-check.md: the "
+                                        "old-log-prob forward with rft_eager_fp32, 1.80 s against eager's 1.62"),
     "hbm_bytes_s": Figure(3.35e12, "B/s", "H100 SXM HBM3, https://www.nvidia.com/en-us/data-center/h100/"),
     "allgather_bytes_s": Figure(360e9, "B/s", "NCCL all-gather bus bandwidth over NVLink 4: 450 GB/s a direction "
                                 "(H100 datasheet) x 0.8; nccl-tests 8xH100 busbw 460-480 GB/s all-reduce, "
@@ -173,6 +180,15 @@ def train_flops(shape: Shape, tokens: float, checkpointing: bool) -> float:
     lin, attn = forward_flops(shape, tokens)
     redo = 1 if checkpointing else 0
     return (2 + redo) * lin + (3 + redo) * attn
+
+
+def attention_factors(a: argparse.Namespace, f: dict[str, float]) -> tuple[float, float]:
+    """(forward, train) multipliers of the trainer's compute on its `--attn_implementation` path against eager's
+    (the mfu figures' path). rft_flex has no trainer measurement (its backward failed to compile on the GPU check)
+    and, like any other name, is timed as eager."""
+    if a.attn_implementation == EAGER_FP32:
+        return f["eager_fp32_forward_factor"], f["eager_fp32_train_factor"]
+    return 1.0, 1.0
 
 
 def compute_s(flops: float, f: dict[str, float], mfu: str = "actor_mfu") -> float:
@@ -294,7 +310,8 @@ def phases(shape: Shape, a: argparse.Namespace, f: dict[str, float], ref_from_ac
     reward = samples / f["judge_reward_per_s" if a.judge_reward else "reward_per_s"]
     gather = gather_s(shape, a, f)
     batches = forward_batches(a, samples, a.micro_rollout_batch_size)
-    forward = compute_s(sum(forward_flops(shape, tokens * a.micro_rollout_batch_size)), f, "forward_mfu")
+    fwd_x, train_x = attention_factors(a, f)
+    forward = fwd_x * compute_s(sum(forward_flops(shape, tokens * a.micro_rollout_batch_size)), f, "forward_mfu")
     old = batches * (forward + gather)
     # the reference runs after the old log-probs on the same GPUs (--colocate_actor_ref); from the actor
     # (--ref_from_actor) it is a second forward of the actor with its adapter disabled, with a gather of its own
@@ -302,7 +319,7 @@ def phases(shape: Shape, a: argparse.Namespace, f: dict[str, float], ref_from_ac
     # a reference on GPUs of its own runs beside the old log-probs (taken at the actor's rank count)
     logprob = old + ref if a.colocate_actor_ref or ref_from_actor else max(old, ref)
     micro = a.micro_train_batch_size
-    per_micro = compute_s(train_flops(shape, tokens * micro, a.gradient_checkpointing), f)
+    per_micro = train_x * compute_s(train_flops(shape, tokens * micro, a.gradient_checkpointing), f)
     gathers = 3 if a.gradient_checkpointing else 2  # forward, the recompute, backward
     train = a.max_epochs * forward_batches(a, samples, micro) * (per_micro + gathers * gather)
     sync = sync_s(shape, a, f)
@@ -457,6 +474,24 @@ def figures_line(path: str | Path | None) -> str:
             + "; the rest as stated in docs/step-time.md")
 
 
+def attention_line(pr: Prediction) -> str:
+    """The trainer's attention path, its time factors and their source, and what it adds to the memory plan's
+    total on each actor GPU against eager."""
+    a = pr.recipe
+    path = a.attn_implementation
+    fwd_x, train_x = attention_factors(a, pr.figures)
+    delta = actor_gib(pr.shape, a) - actor_gib(pr.shape, replace_ns(a, attn_implementation="eager"))
+    gib = f"{delta:+.1f} GiB activations by the memory plan"
+    if path == "eager":
+        return "attention: eager (the path the trainer figures were measured on)"
+    if path == EAGER_FP32:
+        return f"attention: {path} (train x{train_x:.2f}, forward x{fwd_x:.2f}, measured on one H100; {gib})"
+    if path == FLEX:
+        return (f"attention: {path} (timed as eager, not measured: its training backward failed to compile on the one "
+                f"GPU check, torch 2.11, docs/gpu-check.md; {gib})")
+    return f"attention: {path} (timed and planned as eager)"
+
+
 def render(pr: Prediction, figures_path: str | Path | None = None) -> str:
     """The dry run's block: the step in minutes, where the figures come from, a line per phase, then the levers."""
     a, p = pr.recipe, pr.phases
@@ -469,6 +504,7 @@ def render(pr: Prediction, figures_path: str | Path | None = None) -> str:
         f"predicted step time: {lo['step'] / 60:.1f}-{hi['step'] / 60:.1f} min over the figures' spread "
         f"({p['step'] / 60:.1f} at the stated figures)",
         f"  {figures_line(figures_path)}",
+        f"  {attention_line(pr)}",
     ]
     out += [f"  {name:8} {p[name]:8.1f} s  ({lo[name]:.1f}-{hi[name]:.1f})  {PHASE_NOTES[name]}"
             for name in PHASES[:-1]]

@@ -13,7 +13,10 @@ import torch
 
 from rft.launch.memory_plan import (
     ATTN_PEAK,
+    EAGER_FP32,
+    EAGER_FP32_PEAK,
     ENTROPY_KEPT,
+    FLEX,
     LOGITS_PEAK,
     OUTPUT_KEPT,
     SHAPES,
@@ -97,6 +100,57 @@ def test_eager_attention_backward_peak_is_counted():
         assert pb.reset() / unit == pytest.approx(1, abs=0.05)  # the softmax output, kept for the backward
         out.float().sum().backward()
     assert pb.peak / unit == pytest.approx(ATTN_PEAK, abs=0.1)
+
+
+def test_the_fp32_attention_backward_peak_is_counted_and_the_plan_takes_the_gpus():
+    """rft_eager_fp32 through the real code, as the eager test above: it keeps 3 units (fp32 probabilities, their
+    bf16 cast) and peaks at 7 in its backward; the plan takes eager's 4 in fp32 (8), which the GPU's measured
+    difference to eager confirms (docs/attention.md#the-trainer-paths-on-one-gpu)."""
+    from rft.attention import EAGER_FP32 as NAME
+    from rft.attention import FLEX as FLEX_NAME
+    from rft.attention import eager_fp32_attention
+
+    assert (EAGER_FP32, FLEX) == (NAME, FLEX_NAME)
+    heads, kv, t, d = 4, 2, 768, 4
+    module = types.SimpleNamespace(num_key_value_groups=heads // kv, training=True,
+                                   sinks=torch.nn.Parameter(torch.zeros(heads, dtype=torch.bfloat16)))
+    q = torch.randn(1, heads, t, d, dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(1, kv, t, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    mask = torch.full((t, t), float("-inf")).triu(1).to(torch.bfloat16)[None, None]
+    unit = heads * t * (t + 1) * 2
+    with PeakBytes() as pb:
+        out, _ = eager_fp32_attention(module, q, k, v, mask, d**-0.5)
+        assert pb.reset() / unit == pytest.approx(3, abs=0.05)
+        out.float().sum().backward()
+    assert pb.peak / unit == pytest.approx(7, abs=0.1)
+    assert EAGER_FP32_PEAK == 2 * ATTN_PEAK == 8 > pb.peak / unit
+    # one H100, 20b at 24 layers, 5,120 tokens: peak 53.74 GiB eager, 66.32 rft_eager_fp32 (+12.58)
+    def total(path: str) -> float:
+        return sum(line.gib for line in actor_plan(SHAPES["gpt-oss-20b"], recipe_flags(
+            [*RECIPE_20B, "--entropy_loss_coef", "0", "--attn_implementation", path])))
+
+    assert total(EAGER_FP32) - total("eager") == pytest.approx(66.32 - 53.74, abs=0.15)
+
+
+def test_the_plan_names_the_attention_path_and_switching_it_moves_the_line():
+    s = SHAPES["gpt-oss-20b"]
+    peaks = {}
+    for path in ("eager", EAGER_FP32, FLEX, None):
+        a = recipe_flags([*RECIPE_20B, "--entropy_loss_coef", "0", *(["--attn_implementation", path] if path else [])])
+        _, peak = activation_lines(s, a)
+        peaks[path] = peak
+    assert "one layer's eager attention 4 x bf16" in peaks["eager"].item
+    assert "one layer's rft_eager_fp32 attention 4 x fp32" in peaks[EAGER_FP32].item
+    assert "one layer's rft_flex attention: no T x T tensor" in peaks[FLEX].item
+    assert "flash_attention_2 counted as eager" in peaks[None].item  # OpenRLHF's default (the rules refuse it)
+    assert peaks[None].gib == peaks["eager"].gib
+    unit = 64 * 5120 * 5121 * 2 / 2**30
+    assert peaks[EAGER_FP32].gib - peaks["eager"].gib == pytest.approx(4 * unit)  # 12.5 GiB
+    # no T x T tensor: the attention term is the kept logits and the LSE, so the logits' backward sets the peak
+    assert peaks[FLEX].gib == pytest.approx(4 * 5120 * 201088 * 4 / 2**30)
+    eager_text, _ = render([*RECIPE_20B, "--attn_implementation", "eager"])
+    fp32_text, _ = render([*RECIPE_20B, "--attn_implementation", EAGER_FP32])
+    assert "rft_eager_fp32 attention" in fp32_text and "rft_eager_fp32" not in eager_text
 
 
 def test_logits_backward_peak_is_counted(patched_openrlhf):

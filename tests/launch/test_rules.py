@@ -27,6 +27,12 @@ def test_attention_rule_unit(tmp_path):
     default = parse_args(["--pretrain", str(local), *grpo]).args
     errs, _ = rules.attention_rule(default, [])
     assert errs and "(OpenRLHF's default)" in errs[0]
+    for path in ("eager", "rft_eager_fp32"):
+        assert rules.attention_rule(parse_args(["--pretrain", str(local), "--attn_implementation", path, *grpo]).args,
+                                    []) == ([], [])
+    flex = parse_args(["--pretrain", str(local), "--attn_implementation", "rft_flex", *grpo]).args
+    errs, warns = rules.attention_rule(flex, [])
+    assert not errs and len(warns) == 1 and "untested for training" in warns[0] and "torch 2.11" in warns[0]
 
 
 def test_gpus_needed_counts_the_reference_model(patched_root, monkeypatch):

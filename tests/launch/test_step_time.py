@@ -156,8 +156,8 @@ def test_levers_120b_keep_zero3_under_offload_and_have_no_reference():
 
 
 BLOCK = re.compile(r"^predicted step time: (\d+\.\d)-(\d+\.\d) min over the figures' spread \((\d+\.\d) at the "
-                   r"stated figures\)\n  figures: (.*)\n((?:  \w+ +\d+\.\d s  \(\d+\.\d-\d+\.\d\)  .*\n){9})levers:",
-                   re.M)
+                   r"stated figures\)\n  figures: (.*)\n  attention: .*\n"
+                   r"((?:  \w+ +\d+\.\d s  \(\d+\.\d-\d+\.\d\)  .*\n){9})levers:", re.M)
 ROW = re.compile(r"  (\w+) +(\d+\.\d) s  \((\d+\.\d)-(\d+\.\d)\)")
 
 
@@ -257,3 +257,52 @@ def test_the_transport_floor_is_the_rate_at_which_gathers_are_half_the_step():
     assert gathers == pytest.approx(phases(pr.shape, a, at_floor)["step"] / 2, rel=1e-6)
     assert 18e9 < floor < 26e9
     assert gather_floor(pr.shape, recipe([*RECIPE_20B, "--zero_stage", "2"]), DEFAULTS) is None
+
+
+def test_the_attention_path_scales_the_trainer_and_the_dry_run_names_it():
+    """docs/attention.md#the-trainer-paths-on-one-gpu: rft_eager_fp32's micro-step 5.90 s and forward 1.80 s against
+    eager's 5.21 and 1.62 on one H100; the block names the path, its factors and the memory plan's difference."""
+    from rft.launch.step_time import render
+
+    eager = predict([*RECIPE_20B, "--attn_implementation", "eager"], DEFAULTS)
+    fp32 = predict([*RECIPE_20B, "--attn_implementation", "rft_eager_fp32"], DEFAULTS)
+    assert DEFAULTS["eager_fp32_train_factor"] == pytest.approx(5.90 / 5.21, abs=0.005)
+    assert DEFAULTS["eager_fp32_forward_factor"] == pytest.approx(1.80 / 1.62, abs=0.005)
+    from rft.launch.step_time import sequence_tokens
+
+    a = eager.recipe
+    per_micro = compute_s(train_flops(eager.shape, sequence_tokens(a, DEFAULTS), True), DEFAULTS)
+    micro = 16 * 8 / 4  # samples per actor rank at micro batch 1, one epoch: the compute grows, the gathers do not
+    assert fp32.phases["train"] - eager.phases["train"] == pytest.approx(micro * per_micro * 0.13, rel=1e-6)
+    forward = compute_s(sum(forward_flops(eager.shape, sequence_tokens(a, DEFAULTS))), DEFAULTS, "forward_mfu")
+    # old log-probs and the colocated reference, 32 forwards each
+    assert fp32.phases["logprob"] - eager.phases["logprob"] == pytest.approx(2 * micro * forward * 0.11, rel=1e-6)
+    assert fp32.phases["generate"] == eager.phases["generate"]
+    text_eager, text_fp32 = render(eager), render(fp32)
+    assert "  attention: eager (the path the trainer figures were measured on)" in text_eager
+    assert ("  attention: rft_eager_fp32 (train x1.13, forward x1.11, measured on one H100; +12.5 GiB activations by "
+            "the memory plan)") in text_fp32
+    row = re.compile(r"  train +(\d+\.\d) s")
+    assert float(row.search(text_fp32).group(1)) > float(row.search(text_eager).group(1))
+    # rft_flex has no trainer measurement: timed as eager, and the line says why
+    flex = predict([*RECIPE_20B, "--attn_implementation", "rft_flex"], DEFAULTS)
+    assert flex.phases == eager.phases
+    assert "timed as eager, not measured: its training backward failed to compile" in render(flex)
+    assert "-1.0 GiB activations by the memory plan" in render(flex)
+
+
+def test_the_dry_run_with_the_fp32_path_names_it_and_moves_both_lines(patched_root, data_dir, tmp_path):
+    env = script_env(patched_root, data_dir, tmp_path)
+    env.pop(FIGURES_ENV, None)
+    plan = re.compile(r"actor +(\d+\.\d\d) GiB  estimate +GPU +backward peak, .*one layer's (\S+) attention")
+    seen = {}
+    for path in ("eager", "rft_eager_fp32"):
+        res = run_script("train_grpo_20b.sh", env, "--dry-run", "--attn_implementation", path)
+        assert res.returncode == 0, res.stderr
+        _, rows, _ = dry_run_block(res.stderr)
+        m = plan.search(res.stderr)
+        assert m and m.group(2) == path, res.stderr
+        assert f"  attention: {path} (" in res.stderr
+        seen[path] = rows["train"], float(m.group(1))
+    assert seen["rft_eager_fp32"][0] == pytest.approx(seen["eager"][0] * 1.13, rel=0.05)
+    assert seen["rft_eager_fp32"][1] - seen["eager"][1] == pytest.approx(12.5, abs=0.05)
