@@ -20,7 +20,7 @@ VLLM_BIN := $(VLLM_VENV)/bin
 TRAIN_VENV ?= .venv-train
 TRAIN_SCRIPT ?= train_grpo_20b_a28a.sh
 
-.PHONY: test test-main test-vllm venv venv-vllm lint bench clean train train-env mutate gpu-check gpu-check-wheels gpu-check-install
+.PHONY: test test-main test-vllm venv venv-vllm lint bench clean train train-env mutate gpu-check gpu-check-wheels gpu-check-install rehearse
 
 test: lint test-main test-vllm
 
@@ -120,3 +120,9 @@ train:
 		$(MAKE) --no-print-directory $(VLLM_VENV)/.patched && \
 		RUN_NAME=cpu-grpo-$$(date +%Y%m%d-%H%M%S) PYTHON=$(abspath $(VLLM_BIN))/python bash train_grpo_cpu.sh; \
 	fi
+
+# make rehearse: the first hour on a machine with network and no GPU: a fresh clone, the real pinned environment
+# built as make train-env builds it (~5.5 GB downloaded), the patches, every module a run loads, both dry runs; a
+# table of step, time, size, result (scripts/rehearse.py). Not in CI.
+rehearse:
+	$(PYTHON) scripts/rehearse.py $(REHEARSE_ARGS)

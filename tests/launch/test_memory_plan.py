@@ -83,11 +83,9 @@ def test_fit_verdicts_follow_the_layout():
     assert render(["--pretrain", "Qwen/Qwen2.5-0.5B"]) == ("", None)
 
 
-def test_eager_attention_backward_peak_is_counted():
-    """transformers' gpt-oss eager attention, forward and backward in bf16: peak live bytes in units of
+def attention_units(attention) -> tuple[float, float]:
+    """(live after the forward, peak through the backward) of one gpt-oss attention call in bf16, in units of
     heads x T x (T+1) x 2 B (T large against the head dim, so the T x T tensors dominate)."""
-    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
-
     heads, kv, t, d = 4, 2, 768, 4
     module = types.SimpleNamespace(num_key_value_groups=heads // kv, training=True,
                                    sinks=torch.nn.Parameter(torch.zeros(heads, dtype=torch.bfloat16)))
@@ -96,10 +94,20 @@ def test_eager_attention_backward_peak_is_counted():
     mask = torch.full((t, t), float("-inf")).triu(1).to(torch.bfloat16)[None, None]
     unit = heads * t * (t + 1) * 2
     with PeakBytes() as pb:
-        out, _ = eager_attention_forward(module, q, k, v, mask, d**-0.5)
-        assert pb.reset() / unit == pytest.approx(1, abs=0.05)  # the softmax output, kept for the backward
+        out, _ = attention(module, q, k, v, mask, d**-0.5)
+        kept = pb.reset() / unit
         out.float().sum().backward()
-    assert pb.peak / unit == pytest.approx(ATTN_PEAK, abs=0.1)
+    return kept, pb.peak / unit
+
+
+def test_eager_attention_backward_peak_is_counted():
+    """transformers' gpt-oss eager attention, forward and backward in bf16: peak live bytes in units of
+    heads x T x (T+1) x 2 B (T large against the head dim, so the T x T tensors dominate)."""
+    from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
+
+    kept, peak = attention_units(eager_attention_forward)
+    assert kept == pytest.approx(1, abs=0.05)  # the softmax output, kept for the backward
+    assert peak == pytest.approx(ATTN_PEAK, abs=0.1)
 
 
 def test_the_fp32_attention_backward_peak_is_counted_and_the_plan_takes_the_gpus():
@@ -111,19 +119,10 @@ def test_the_fp32_attention_backward_peak_is_counted_and_the_plan_takes_the_gpus
     from rft.attention import eager_fp32_attention
 
     assert (EAGER_FP32, FLEX) == (NAME, FLEX_NAME)
-    heads, kv, t, d = 4, 2, 768, 4
-    module = types.SimpleNamespace(num_key_value_groups=heads // kv, training=True,
-                                   sinks=torch.nn.Parameter(torch.zeros(heads, dtype=torch.bfloat16)))
-    q = torch.randn(1, heads, t, d, dtype=torch.bfloat16, requires_grad=True)
-    k, v = (torch.randn(1, kv, t, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
-    mask = torch.full((t, t), float("-inf")).triu(1).to(torch.bfloat16)[None, None]
-    unit = heads * t * (t + 1) * 2
-    with PeakBytes() as pb:
-        out, _ = eager_fp32_attention(module, q, k, v, mask, d**-0.5)
-        assert pb.reset() / unit == pytest.approx(3, abs=0.05)
-        out.float().sum().backward()
-    assert pb.peak / unit == pytest.approx(7, abs=0.1)
-    assert EAGER_FP32_PEAK == 2 * ATTN_PEAK == 8 > pb.peak / unit
+    kept, peak = attention_units(eager_fp32_attention)
+    assert kept == pytest.approx(3, abs=0.05)
+    assert peak == pytest.approx(7, abs=0.1)
+    assert EAGER_FP32_PEAK == 2 * ATTN_PEAK == 8 > peak
     # one H100, 20b at 24 layers, 5,120 tokens: peak 53.74 GiB eager, 66.32 rft_eager_fp32 (+12.58)
     def total(path: str) -> float:
         return sum(line.gib for line in actor_plan(SHAPES["gpt-oss-20b"], recipe_flags(

@@ -10,7 +10,6 @@ round trip of args and results, as vLLM's client -> EngineCore hop, then a call 
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import msgpack
@@ -25,13 +24,10 @@ from rft.fixtures.cpu_trainer import (
     tiny_lora_model,
     trainer_args,
 )
-from rft.fixtures.patched_openrlhf import (
-    ROOT,
-    stub_paths,
-)
 from rft.fixtures.vllm_layout import VllmLayoutLlama, tp_logits
 from rft.train import lora_payload
 from rft.train.lora_payload import LoraSyncError
+from tests.support.ray_local import patched_ray
 
 FP32_TOL = 1e-5  # max |logit difference| worker vs PEFT, fp32 (logits std ~0.5 here)
 IDS = torch.tensor([[1, 5, 9, 33, 2, 70, 11], [4, 4, 90, 17, 60, 3, 8]])
@@ -110,22 +106,7 @@ def _engine_actor_class():
 @pytest.fixture(scope="module")
 def ray_local(patched_openrlhf):
     """A local Ray whose workers import the patched openrlhf, the stubs and the repository (rft, this module)."""
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-    path = os.pathsep.join([str(patched_openrlhf), *map(str, stub_paths()), str(ROOT)])
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = path + (os.pathsep + old if old else "")
-    try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    finally:
-        if old is None:
-            os.environ.pop("PYTHONPATH")
-        else:
-            os.environ["PYTHONPATH"] = old
-    yield ray
-    ray.shutdown()
+    yield from patched_ray(patched_openrlhf)
 
 
 def _setup(ray_local, monkeypatch, *, engines=TP_SIZES, worker_kind="patched", extra=()):

@@ -9,32 +9,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from rft.fixtures.patched_openrlhf import stub_paths
 from rft.train.shared_tokenizer import TokenizerRef, local, shared
+from tests.support.ray_local import patched_ray
 from tests.train.tokenizer_standins import VOCAB, CountingTokenizer, large_vocab_tokenizer
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
 def ray_local(patched_openrlhf):
     """A local Ray whose workers import the patched openrlhf, the stubs and the repository."""
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-    path = os.pathsep.join([str(patched_openrlhf), *map(str, stub_paths()), ROOT])
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = path + (os.pathsep + old if old else "")
-    try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    finally:
-        if old is None:
-            os.environ.pop("PYTHONPATH")
-        else:
-            os.environ["PYTHONPATH"] = old
-    yield ray
-    ray.shutdown()
+    yield from patched_ray(patched_openrlhf)
 
 
 def engine_class():
