@@ -107,6 +107,8 @@ if [[ "$PRESET" == trl ]]; then
         --lora_alpha 32
         --lora_dropout 0.05
         --target_modules q_proj k_proj v_proj o_proj
+        # a frozen base under ZeRO-3 needs the reentrant recompute (rft/launch/rules.py checkpointing_rule)
+        --gradient_checkpointing_use_reentrant
         --init_kl_coef 0.05
         --actor_learning_rate 5e-6
         --lr_warmup_ratio 0.005

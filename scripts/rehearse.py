@@ -121,7 +121,7 @@ def rehearse(repo: Path, scratch: Path, table: Table) -> None:
         errors = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("ERROR")]
         result = ("ok: flags accepted by OpenRLHF's parser" if accepted else "FAIL: flags not accepted")
         if errors:
-            result += f"; {len(errors)} ERROR line(s) (this machine: {'; '.join(e[6:80] for e in errors[:2])})"
+            result += f"; {len(errors)} ERROR line(s): {'; '.join(e[6:90] for e in errors[:2])}"
         table.add(f"bash {script} --dry-run", s, "", result)
 
 
