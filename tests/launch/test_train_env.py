@@ -4,14 +4,20 @@ pins, the build beside and rename, and a dry run that runs nothing (a fake nvidi
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from rft.launch import train_env
+from rft.launch.caches import CACHE_DIRS, cache_env
 from rft.launch.train_env import STACK, describe, find_env, install_steps, judge, relocate
 from rft.provenance import REPO_ROOT as ROOT
+from tests.support.wheelhouse import build_wheelhouse
 
 PINNED = {mod: [version, True] for mod, (_, version) in STACK.items()}
 
@@ -179,3 +185,98 @@ def test_launch_scripts_pick_the_interpreter_that_imports_openrlhf(tmp_path):
                          capture_output=True, text=True, env={**env, "PYTHON": "/x/python"}, timeout=60)
     assert res.stdout.strip() == "/x/python"  # an explicit PYTHON wins
 
+
+
+def test_verify_reads_only_its_marked_line_and_names_each_failure(tmp_path):
+    """DeepSpeed logs to stdout before the result: only the RFT_VERIFY line counts; every failure is one
+    `verify failed: ...` RuntimeError naming what failed, never a JSONDecodeError."""
+    noise = "print('[WARNING] Setting accelerator to CPU'); "
+    py = Path(sys.executable)
+    env = dict(os.environ)
+    train_env.run_check(py, noise + "import sys; print(sys.argv[1] + '[]')", [], env, "imports")  # passes
+    cases = {
+        noise + "import sys; print(sys.argv[1] + '[\"torch.cuda.is_available() is False\"]')":
+            "verify failed: imports: torch.cuda.is_available() is False",
+        noise: "verify failed: imports: no RFT_VERIFY line in",
+        noise + "import sys; print(sys.argv[1] + '[oops')": "verify failed: imports: its RFT_VERIFY line is not JSON",
+        "import sys; sys.stderr.write('ImportError: no vllm\\n'); sys.exit(3)":
+            "verify failed: imports: " + sys.executable + " exited 3: ImportError: no vllm",
+    }
+    for script, start in cases.items():
+        with pytest.raises(RuntimeError) as err:
+            train_env.run_check(py, script, [], env, "imports")
+        assert str(err.value).startswith(start), str(err.value)
+
+
+def test_ensure_without_a_gpu_says_so_in_one_line_before_any_download(tmp_path, capfd, monkeypatch):
+    env = fake_tools(tmp_path / "bin", nvcc="12.8")
+    (tmp_path / "bin" / "nvidia-smi").unlink()
+    monkeypatch.setenv("PATH", env["PATH"])
+    venv = tmp_path / ".venv-train"
+    assert train_env.main(["ensure", "--venv", str(venv), "--base-python", sys.executable]) == 1
+    out, err = capfd.readouterr()
+    gpu = [line for line in err.splitlines() if "GPU" in line and "ERROR" in line]
+    assert out == "" and len(gpu) == 1 and gpu[0].startswith("  ERROR gpu: `nvidia-smi -L` lists no GPU"), err
+    assert "nothing was downloaded" in err
+    assert not venv.exists() and not Path(f"{venv}.building").exists()
+
+
+def roomy(host):
+    """This CI machine's host RAM, open-file limit and disks as the 8-GPU node's (every other check runs for real)."""
+    return replace(host, mem_available_gib=2000.0, nofile=(1048576, 1048576), cache_free_gib=3000.0,
+                   venv_free_gib=3000.0, shm_gib=64.0)
+
+
+@pytest.mark.slow
+def test_make_train_env_end_to_end_from_a_local_wheelhouse(tmp_path, capfd, monkeypatch, pristine_openrlhf_root):
+    """The real pip installs stand-in wheels through install_steps, build(), VERIFY, the rename and
+    apply_patches.sh, with a fake 8-GPU nvidia-smi and nvcc: stdout is the interpreter alone, a failed verify keeps
+    the build for a retry that downloads nothing, FusedAdam is built once, where the launch looks, at the final
+    path, and the venv leaves `git status` clean."""
+    wheels = build_wheelhouse(tmp_path / "wheelhouse", pristine_openrlhf_root / "openrlhf")
+    env = fake_tools(tmp_path / "bin", nvcc="12.8")
+    home, data_root = tmp_path / "home", tmp_path / "data"
+    home.mkdir()
+    for var in [v for v in os.environ if v.startswith("PIP_") or v in CACHE_DIRS]:
+        monkeypatch.delenv(var)
+    for var, value in {"PATH": env["PATH"], "HOME": str(home), "DATA_ROOT": str(data_root), "PIP_NO_INDEX": "1",
+                       "PIP_FIND_LINKS": str(wheels), "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CONFIG_FILE": os.devnull,
+                       "RFT_STANDIN_CUDA": "0"}.items():
+        monkeypatch.setenv(var, value)
+    real_read_host = train_env.read_host
+    monkeypatch.setattr(train_env, "read_host", lambda *a: roomy(real_read_host(*a)))
+    checkout = tmp_path / "checkout"  # a clone's view: the repo's .gitignore, the venv where make puts it
+    checkout.mkdir()
+    shutil.copy(ROOT / ".gitignore", checkout / ".gitignore")
+    for args in (["init", "-q"], ["add", ".gitignore"], ["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "i"]):
+        subprocess.run(["git", "-C", str(checkout), *args], check=True)
+    venv, building = checkout / ".venv-train", checkout / ".venv-train.building"
+    ensure = ["ensure", "--venv", str(venv), "--base-python", sys.executable]
+
+    assert train_env.main(ensure) == 1  # CUDA not visible: verify fails after a complete install
+    out, err = capfd.readouterr()
+    assert out == "", out
+    assert "Traceback" not in err
+    (last,) = [line for line in err.splitlines() if line.startswith("train env: ")]
+    assert last.startswith("train env: verify failed: imports and versions: torch.cuda.is_available() is False;")
+    assert f"{building} kept" in last and not venv.exists() and (building / train_env.INSTALLED_MARK).exists()
+
+    monkeypatch.setenv("RFT_STANDIN_CUDA", "1")
+    assert train_env.main(ensure) == 0
+    out, err = capfd.readouterr()
+    assert out == f"{venv}/bin/python\n", out  # only the interpreter: what `make train-env` captures
+    assert "verifying it again, nothing downloaded" in err and "[1] venv" not in err
+    assert not building.exists() and not Path(f"{venv}.old").exists()
+
+    extensions = data_root / "cache" / "torch_extensions" / "py311_cu128" / "fused_adam"
+    assert (extensions / "builds.log").read_text() == f"{venv}\n"  # once, at the final path, where actors look
+    assert not (home / ".cache" / "torch_extensions").exists()
+    res = subprocess.run([f"{venv}/bin/python", "-c", "from deepspeed.ops.op_builder import FusedAdamBuilder as F; "
+                          "F().load()"], capture_output=True, text=True, env={**os.environ, **cache_env(os.environ)})
+    assert res.returncode == 0 and (extensions / "builds.log").read_text() == f"{venv}\n"  # an actor: no rebuild
+
+    res = subprocess.run(["bash", str(ROOT / "apply_patches.sh")], capture_output=True, text=True,
+                         env={**os.environ, "PYTHON": out.strip()})
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert subprocess.run(["git", "-C", str(checkout), "status", "--porcelain"], capture_output=True, text=True,
+                          check=True).stdout == ""
