@@ -34,7 +34,7 @@ def test_a_good_node_has_nothing_to_fix():
     ({"python_version": (3, 10, 12)}, "python: python3 is 3.10.12; rft needs >= 3.11"),
     ({"python_version": None}, "python: python3 did not answer --version"),
     ({"python_h": False}, "Python.h: not in /usr/include/python3.12, python3's headers"),
-    ({"gpus": 0, "topology": None}, "gpu: `nvidia-smi -L` lists no GPU here"),
+    ({"gpus": 0, "topology": None}, "gpu: no GPU here (`nvidia-smi -L` lists none"),
     ({"cxx": None}, "c++: no C++ compiler ($CXX, or c++ on PATH)"),
     ({"driver": (525, 60, 12)}, "driver: 525.60.12 is below 525.60.13"),
     ({"driver": None}, "driver: nvidia-smi lists GPUs but no driver version"),
@@ -220,4 +220,4 @@ def test_read_host_finds_the_compiler_and_the_headers(tmp_path):
     (tmp_path / "empty").mkdir()
     bare = read_host({**fake_bin(tmp_path / "empty"), "CXX": "no-such-c++"}, str(tmp_path / "missing"), tmp_path)
     assert (bare.cxx, bare.python_include, bare.python_h) == (None, None, False)
-    assert problems(bare, "20b")[0][0].startswith("gpu: `nvidia-smi -L` lists no GPU")
+    assert problems(bare, "20b")[0][0].startswith("gpu: no GPU here")

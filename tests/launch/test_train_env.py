@@ -216,7 +216,7 @@ def test_ensure_without_a_gpu_says_so_in_one_line_before_any_download(tmp_path, 
     assert train_env.main(["ensure", "--venv", str(venv), "--base-python", sys.executable]) == 1
     out, err = capfd.readouterr()
     gpu = [line for line in err.splitlines() if "GPU" in line and "ERROR" in line]
-    assert out == "" and len(gpu) == 1 and gpu[0].startswith("  ERROR gpu: `nvidia-smi -L` lists no GPU"), err
+    assert out == "" and len(gpu) == 1 and gpu[0].startswith("  ERROR gpu: no GPU here"), err
     assert "nothing was downloaded" in err
     assert not venv.exists() and not Path(f"{venv}.building").exists()
 
