@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -221,62 +220,74 @@ def test_ensure_without_a_gpu_says_so_in_one_line_before_any_download(tmp_path, 
     assert not venv.exists() and not Path(f"{venv}.building").exists()
 
 
-def roomy(host):
-    """This CI machine's host RAM, open-file limit and disks as the 8-GPU node's (every other check runs for real)."""
-    return replace(host, mem_available_gib=2000.0, nofile=(1048576, 1048576), cache_free_gib=3000.0,
-                   venv_free_gib=3000.0, shm_gib=64.0)
+ROOMY_PYTHON = """#!/usr/bin/env bash
+# PYTHON for `make train-env`: the real interpreter; `-m rft.launch.train_env` runs its main() with this machine's
+# host RAM, open-file limit and disk sizes read as an 8-GPU node's (every other prerequisite is checked for real).
+if [[ "$1 $2" == "-m rft.launch.train_env" ]]; then
+    shift 2
+    exec "{python}" -c '
+import sys
+from dataclasses import replace
+from rft.launch import train_env
+read = train_env.read_host
+train_env.read_host = lambda *a: replace(read(*a), mem_available_gib=2000.0, nofile=(1048576, 1048576),
+                                         cache_free_gib=3000.0, venv_free_gib=3000.0, shm_gib=64.0)
+sys.exit(train_env.main())' "$@"
+fi
+exec "{python}" "$@"
+"""
 
 
 @pytest.mark.slow
-def test_make_train_env_end_to_end_from_a_local_wheelhouse(tmp_path, capfd, monkeypatch, pristine_openrlhf_root):
-    """The real pip installs stand-in wheels through install_steps, build(), VERIFY, the rename and
-    apply_patches.sh, with a fake 8-GPU nvidia-smi and nvcc: stdout is the interpreter alone, a failed verify keeps
-    the build for a retry that downloads nothing, FusedAdam is built once, where the launch looks, at the final
-    path, and the venv leaves `git status` clean."""
+def test_make_train_env_end_to_end_from_a_local_wheelhouse(tmp_path, pristine_openrlhf_root):
+    """`make train-env`: the real pip installs stand-in wheels through install_steps, build(), VERIFY, the rename
+    and apply_patches.sh, with a fake 8-GPU nvidia-smi and nvcc. stdout is the interpreter alone; a failed verify
+    is one line and keeps the build for a retry that downloads nothing; FusedAdam is built once, at the final path,
+    where the launch looks; the venv leaves `git status` clean."""
     wheels = build_wheelhouse(tmp_path / "wheelhouse", pristine_openrlhf_root / "openrlhf")
     env = fake_tools(tmp_path / "bin", nvcc="12.8")
+    python = tmp_path / "bin" / "python3.11"
+    python.write_text(ROOMY_PYTHON.format(python=sys.executable))
+    python.chmod(0o755)
     home, data_root = tmp_path / "home", tmp_path / "data"
     home.mkdir()
-    for var in [v for v in os.environ if v.startswith("PIP_") or v in CACHE_DIRS]:
-        monkeypatch.delenv(var)
-    for var, value in {"PATH": env["PATH"], "HOME": str(home), "DATA_ROOT": str(data_root), "PIP_NO_INDEX": "1",
-                       "PIP_FIND_LINKS": str(wheels), "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_CONFIG_FILE": os.devnull,
-                       "RFT_STANDIN_CUDA": "0"}.items():
-        monkeypatch.setenv(var, value)
-    real_read_host = train_env.read_host
-    monkeypatch.setattr(train_env, "read_host", lambda *a: roomy(real_read_host(*a)))
+    env = {k: v for k, v in env.items() if not k.startswith(("PIP_", "MAKE")) and k not in CACHE_DIRS}
+    env.update(HOME=str(home), DATA_ROOT=str(data_root), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels),
+               PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", RFT_STANDIN_CUDA="0")
     checkout = tmp_path / "checkout"  # a clone's view: the repo's .gitignore, the venv where make puts it
     checkout.mkdir()
     shutil.copy(ROOT / ".gitignore", checkout / ".gitignore")
     for args in (["init", "-q"], ["add", ".gitignore"], ["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "i"]):
         subprocess.run(["git", "-C", str(checkout), *args], check=True)
     venv, building = checkout / ".venv-train", checkout / ".venv-train.building"
-    ensure = ["ensure", "--venv", str(venv), "--base-python", sys.executable]
 
-    assert train_env.main(ensure) == 1  # CUDA not visible: verify fails after a complete install
-    out, err = capfd.readouterr()
-    assert out == "", out
-    assert "Traceback" not in err
-    (last,) = [line for line in err.splitlines() if line.startswith("train env: ")]
+    def make_train_env() -> subprocess.CompletedProcess:
+        return subprocess.run(["make", "--no-print-directory", "-s", "-C", str(ROOT), "train-env", f"PYTHON={python}",
+                               f"TRAIN_VENV={venv}"], capture_output=True, text=True, env=env, timeout=600)
+
+    res = make_train_env()  # CUDA not visible: verify fails after a complete install
+    assert res.returncode != 0 and res.stdout == "", res.stdout
+    assert "Traceback" not in res.stderr, res.stderr
+    (last,) = [line for line in res.stderr.splitlines() if line.startswith("train env: ")]
     assert last.startswith("train env: verify failed: imports and versions: torch.cuda.is_available() is False;")
     assert f"{building} kept" in last and not venv.exists() and (building / train_env.INSTALLED_MARK).exists()
 
-    monkeypatch.setenv("RFT_STANDIN_CUDA", "1")
-    assert train_env.main(ensure) == 0
-    out, err = capfd.readouterr()
-    assert out == f"{venv}/bin/python\n", out  # only the interpreter: what `make train-env` captures
-    assert "verifying it again, nothing downloaded" in err and "[1] venv" not in err
+    env["RFT_STANDIN_CUDA"] = "1"
+    res = make_train_env()
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == f"{venv}/bin/python\n", res.stdout  # only the interpreter: what PY=$(make -s train-env) gets
+    assert "verifying it again, nothing downloaded" in res.stderr and "[1] venv" not in res.stderr
     assert not building.exists() and not Path(f"{venv}.old").exists()
 
     extensions = data_root / "cache" / "torch_extensions" / "py311_cu128" / "fused_adam"
     assert (extensions / "builds.log").read_text() == f"{venv}\n"  # once, at the final path, where actors look
     assert not (home / ".cache" / "torch_extensions").exists()
-    res = subprocess.run([f"{venv}/bin/python", "-c", "from deepspeed.ops.op_builder import FusedAdamBuilder as F; "
-                          "F().load()"], capture_output=True, text=True, env={**os.environ, **cache_env(os.environ)})
-    assert res.returncode == 0 and (extensions / "builds.log").read_text() == f"{venv}\n"  # an actor: no rebuild
+    actor = subprocess.run([f"{venv}/bin/python", "-c", "from deepspeed.ops.op_builder import FusedAdamBuilder as F; "
+                            "F().load()"], capture_output=True, text=True, env={**env, **cache_env(env)})
+    assert actor.returncode == 0 and (extensions / "builds.log").read_text() == f"{venv}\n"  # no rebuild
 
-    res = subprocess.run(["bash", str(ROOT / "apply_patches.sh")], capture_output=True, text=True,
-                         env={**os.environ, "PYTHON": out.strip()})
-    assert res.returncode == 0, res.stdout + res.stderr
+    check = subprocess.run(["bash", str(ROOT / "apply_patches.sh"), "--check"], capture_output=True, text=True,
+                           env={**env, "PYTHON": res.stdout.strip()})
+    assert check.returncode == 0, check.stdout + check.stderr  # make train-env applied the series
     assert subprocess.run(["git", "-C", str(checkout), "status", "--porcelain"], capture_output=True, text=True,
                           check=True).stdout == ""
