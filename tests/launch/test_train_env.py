@@ -253,7 +253,7 @@ def test_make_train_env_end_to_end_from_a_local_wheelhouse(tmp_path, pristine_op
     home.mkdir()
     env = {k: v for k, v in env.items() if not k.startswith(("PIP_", "MAKE")) and k not in CACHE_DIRS}
     env.update(HOME=str(home), DATA_ROOT=str(data_root), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels),
-               PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", RFT_STANDIN_CUDA="0")
+               PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", RFT_STANDIN_CUDA="1")
     checkout = tmp_path / "checkout"  # a clone's view: the repo's .gitignore, the venv where make puts it
     checkout.mkdir()
     shutil.copy(ROOT / ".gitignore", checkout / ".gitignore")
@@ -265,29 +265,34 @@ def test_make_train_env_end_to_end_from_a_local_wheelhouse(tmp_path, pristine_op
         return subprocess.run(["make", "--no-print-directory", "-s", "-C", str(ROOT), "train-env", f"PYTHON={python}",
                                f"TRAIN_VENV={venv}"], capture_output=True, text=True, env=env, timeout=600)
 
-    res = make_train_env()  # CUDA not visible: verify fails after a complete install
-    assert res.returncode != 0 and res.stdout == "", res.stdout
-    assert "Traceback" not in res.stderr, res.stderr
-    (last,) = [line for line in res.stderr.splitlines() if line.startswith("train env: ")]
-    assert last.startswith("train env: verify failed: imports and versions: torch.cuda.is_available() is False;")
-    assert f"{building} kept" in last and not venv.exists() and (building / train_env.INSTALLED_MARK).exists()
-
-    env["RFT_STANDIN_CUDA"] = "1"
     res = make_train_env()
     assert res.returncode == 0, res.stderr
     assert res.stdout == f"{venv}/bin/python\n", res.stdout  # only the interpreter: what PY=$(make -s train-env) gets
-    assert "verifying it again, nothing downloaded" in res.stderr and "[1] venv" not in res.stderr
+    assert "[1] venv" in res.stderr and "Successfully installed" in res.stderr  # pip's output went to stderr
     assert not building.exists() and not Path(f"{venv}.old").exists()
-
     extensions = data_root / "cache" / "torch_extensions" / "py311_cu128" / "fused_adam"
     assert (extensions / "builds.log").read_text() == f"{venv}\n"  # once, at the final path, where actors look
     assert not (home / ".cache" / "torch_extensions").exists()
     actor = subprocess.run([f"{venv}/bin/python", "-c", "from deepspeed.ops.op_builder import FusedAdamBuilder as F; "
                             "F().load()"], capture_output=True, text=True, env={**env, **cache_env(env)})
     assert actor.returncode == 0 and (extensions / "builds.log").read_text() == f"{venv}\n"  # no rebuild
-
     check = subprocess.run(["bash", str(ROOT / "apply_patches.sh"), "--check"], capture_output=True, text=True,
                            env={**env, "PYTHON": res.stdout.strip()})
     assert check.returncode == 0, check.stdout + check.stderr  # make train-env applied the series
     assert subprocess.run(["git", "-C", str(checkout), "status", "--porcelain"], capture_output=True, text=True,
                           check=True).stdout == ""
+
+    # A build whose verify failed: the state build() keeps (the finished install back in .building, marked).
+    train_env.relocate(venv, building)
+    (building / train_env.INSTALLED_MARK).write_text("")
+    env["RFT_STANDIN_CUDA"] = "0"
+    res = make_train_env()
+    assert res.returncode != 0 and res.stdout == "" and "Traceback" not in res.stderr, res.stderr
+    (last,) = [line for line in res.stderr.splitlines() if line.startswith("train env: ")]
+    assert last.startswith("train env: verify failed: imports and versions: torch.cuda.is_available() is False;")
+    assert f"{building} kept" in last and not venv.exists() and (building / train_env.INSTALLED_MARK).exists()
+    env["RFT_STANDIN_CUDA"] = "1"
+    res = make_train_env()
+    assert res.returncode == 0 and res.stdout == f"{venv}/bin/python\n", res.stderr
+    assert "verifying it again, nothing downloaded" in res.stderr and "[1] venv" not in res.stderr
+    assert (extensions / "builds.log").read_text() == f"{venv}\n"  # the same path: nothing rebuilt
