@@ -248,7 +248,9 @@ def test_make_train_env_end_to_end_from_a_local_wheelhouse(tmp_path, pristine_op
     env = fake_tools(tmp_path / "bin", nvcc="12.8")
     python = tmp_path / "bin" / "python3.11"
     python.write_text(ROOMY_PYTHON.format(python=sys.executable))
-    python.chmod(0o755)
+    (tmp_path / "bin" / "c++").write_text("#!/usr/bin/env bash\nexit 0\n")  # the stand-in FusedAdam compiles nothing
+    for tool in (python, tmp_path / "bin" / "c++"):
+        tool.chmod(0o755)
     home, data_root = tmp_path / "home", tmp_path / "data"
     home.mkdir()
     env = {k: v for k, v in env.items() if not k.startswith(("PIP_", "MAKE")) and k not in CACHE_DIRS}
@@ -296,3 +298,21 @@ def test_make_train_env_end_to_end_from_a_local_wheelhouse(tmp_path, pristine_op
     assert res.returncode == 0 and res.stdout == f"{venv}/bin/python\n", res.stderr
     assert "verifying it again, nothing downloaded" in res.stderr and "[1] venv" not in res.stderr
     assert (extensions / "builds.log").read_text() == f"{venv}\n"  # the same path: nothing rebuilt
+
+
+def test_a_failed_fused_adam_build_puts_both_venvs_back(tmp_path):
+    """FusedAdam is built after the rename; when it fails, the new venv goes back to .building (its scripts
+    pointed there again) and the old .venv-train returns."""
+    building, venv = tmp_path / ".venv-train.building", tmp_path / ".venv-train"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(building)], check=True)
+    (building / train_env.INSTALLED_MARK).write_text("")
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "old").write_text("the working environment\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "DATA_ROOT": str(tmp_path / "data")}
+    with pytest.raises(RuntimeError, match=r"^verify failed: FusedAdam at its final path: DeepSpeed FusedAdam build: "
+                                           r"ModuleNotFoundError"):
+        train_env.swap_in(building, venv, train_env.child_env(env))
+    assert (venv / "bin" / "old").exists() and not Path(f"{venv}.old").exists()
+    activate = (building / "bin" / "activate").read_text()
+    assert (building / train_env.INSTALLED_MARK).exists() and activate.count(str(venv)) == activate.count(str(building)) > 0
+    assert f"{building}.building" not in activate
