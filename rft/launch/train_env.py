@@ -135,7 +135,11 @@ def probe_env(python: str) -> EnvReport:
         return EnvReport(python, problems=[f"cannot run: {e}"])
     if res.returncode != 0:
         return EnvReport(python, problems=[f"probe failed: {res.stderr.strip()[-300:]}"])
-    return judge(python, json.loads(res.stdout)["stack"])
+    last = (res.stdout.strip().splitlines() or [""])[-1]  # a startup hook may print before the result
+    try:
+        return judge(python, json.loads(last)["stack"])
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return EnvReport(python, problems=[f"probe printed no result line: {last[-200:]!r}"])
 
 
 def candidates(env: dict[str, str], venv: Path) -> list[str]:

@@ -316,3 +316,16 @@ def test_a_failed_fused_adam_build_puts_both_venvs_back(tmp_path):
     activate = (building / "bin" / "activate").read_text()
     assert (building / train_env.INSTALLED_MARK).exists() and activate.count(str(venv)) == activate.count(str(building)) > 0
     assert f"{building}.building" not in activate
+
+
+def test_the_probe_reads_its_last_line_and_never_raises(tmp_path):
+    """A startup hook that prints (a .pth, a sitecustomize) neither hides the result nor raises."""
+    noisy = tmp_path / "noisy"
+    noisy.write_text(f'#!/usr/bin/env bash\necho "conda hook says hello"\nexec "{sys.executable}" "$@"\n')
+    noisy.chmod(0o755)
+    rep = train_env.probe_env(str(noisy))
+    assert rep.python == str(noisy) and "torch" in rep.found and rep.problems
+    mute = tmp_path / "mute"
+    mute.write_text("#!/usr/bin/env bash\necho 'not json'\n")
+    mute.chmod(0o755)
+    assert train_env.probe_env(str(mute)).problems == ["probe printed no result line: 'not json'"]
