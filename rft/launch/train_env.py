@@ -5,8 +5,9 @@ found and the install order, and runs nothing but read-only probes; `ensure` sto
 before any download, then uses the environment found or builds one beside the target (`.venv-train.building`),
 verifies it, renames it into place only then, so a half-built environment never shadows a working one, and
 builds DeepSpeed's FusedAdam at that final path with the launch's TORCH_EXTENSIONS_DIR (renaming back if that
-fails). stdout carries only the interpreter; every child's output goes to stderr. flash-attn is not built (an hour of nvcc): the recipes use
-eager attention and OpenRLHF only imports it, so an import-only stand-in wheel satisfies OpenRLHF's pin.
+fails). stdout carries only the interpreter; every child's output goes to stderr. flash-attn is not built (an
+hour of nvcc): the recipes use eager attention and OpenRLHF only imports it, so an import-only stand-in wheel
+satisfies OpenRLHF's pin.
 Stdlib only: it runs before any environment exists.
 """
 

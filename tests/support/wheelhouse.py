@@ -1,12 +1,14 @@
 """A local wheelhouse for `make train-env` in seconds: a tiny stand-in wheel for every distribution the recipe
-installs, under the pinned name and version, and the real setuptools and wheel zipped back from this interpreter.
+installs, under the pinned name and version, and the real setuptools, wheel and packaging zipped back from this
+interpreter.
 
 Names come from the recipe (rft/launch/train_env.py: STACK, TORCH_COMPANIONS) and pyproject (rft's dependencies,
 the `train` extra); a version the recipe does not pin comes from docs/train-plan.txt. The stand-ins carry no
-dependencies but openrlhf's einops (the flash_attn stand-in's one), so `pip check` holds; `torch.cuda.is_available()` answers $RFT_STANDIN_CUDA == "1"; `deepspeed`
-prints to stdout on import as the real one does without CUDA, and its FusedAdamBuilder().load() writes a
-build.ninja naming sys.prefix under $TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions), rebuilding (one line
-in builds.log) whenever that text changes, as ninja does when the venv moves.
+dependencies but openrlhf's einops (the flash_attn stand-in's one), so `pip check` holds.
+`torch.cuda.is_available()` answers $RFT_STANDIN_CUDA == "1"; `deepspeed` prints to stdout on import as the real
+one does without CUDA, and its FusedAdamBuilder().load() writes a build.ninja naming sys.prefix under
+$TORCH_EXTENSIONS_DIR (default ~/.cache/torch_extensions), rebuilding (one line in builds.log) whenever that text
+changes, as ninja does when the venv moves.
 """
 
 from __future__ import annotations
