@@ -1,7 +1,7 @@
 """Where the caches of a GPU run live: every cache that grows with models or builds goes on the data disk.
 
 `cache_env(env)` gives HF_HOME (model downloads: 13 GB for 20b, 65 GB for 120b), TORCH_EXTENSIONS_DIR (DeepSpeed's
-FusedAdam, built once by `make train` and found by every actor rank), VLLM_CACHE_ROOT (torch.compile artifacts),
+FusedAdam, built once by `make train-env` (or `make train`) and found by every actor rank), VLLM_CACHE_ROOT (torch.compile artifacts),
 TRITON_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR under $DATA_ROOT/cache (DATA_ROOT default /mnt/data, as the launch
 scripts' rft_storage); a value the user set wins. `python3 -m rft.launch.caches` prints them as `export` lines
 for bash to eval. Stdlib only: it runs before any environment exists.

@@ -1,7 +1,8 @@
 """What the 8-GPU node must have before the training environment is built: one line per gap, naming the fix.
 
-Read before anything downloads (`make train`, `make train DRY_RUN=1`): the interpreter the venv is built from,
-the NVIDIA driver, a CUDA 12 `nvcc` (DeepSpeed JIT-builds FusedAdam at actor start-up and raises without one),
+Read before anything downloads (`make train`, `make train-env`, `make train DRY_RUN=1`): the interpreter the venv is
+built from and its C headers (`Python.h`), a GPU at all (`nvidia-smi -L`), the NVIDIA driver, a CUDA 12 `nvcc` and
+a C++ compiler (DeepSpeed JIT-builds FusedAdam and raises without them),
 /dev/shm (NCCL and Ray's object store), the GPU topology and the NCCL_* variables that turn a transport off
 (warnings, rft/launch/transport.py), the open-file limit, host RAM (rank 0 of the actor and of the reference
 each dequantize the MXFP4 checkpoint on the host at once) and disk for the model cache and the venv.
@@ -102,6 +103,9 @@ class Host:
     topology: str | None = None  # `nvidia-smi topo -m` (rft/launch/transport.py)
     nccl: dict[str, str] = field(default_factory=dict)  # the NCCL_* environment
     nodes: int = 1  # $NODES: the network transports matter from 2
+    cxx: str | None = None  # the C++ compiler torch's JIT builds call ($CXX, else c++ on PATH)
+    python_include: str | None = None  # the build interpreter's sysconfig include directory
+    python_h: bool = False  # Python.h is in python_include
 
 
 def _run(argv: list[str], env: dict[str, str]) -> str | None:
@@ -155,12 +159,25 @@ def gpu_count(env: dict[str, str] | None = None) -> int:
     return sum(line.startswith("GPU ") for line in (smi or "").splitlines())
 
 
+def find_cxx(env: dict[str, str]) -> str | None:
+    """The C++ compiler torch.utils.cpp_extension calls: $CXX, else `c++` on PATH (g++ on Ubuntu)."""
+    name = env.get("CXX") or "c++"
+    return name if Path(name).is_absolute() and Path(name).exists() else shutil.which(name, path=env.get("PATH", ""))
+
+
+def python_include(python: str, env: dict[str, str]) -> str | None:
+    """The directory sysconfig names for `python`'s C headers (the venv built from it shares it)."""
+    out = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"], env)
+    return out.strip().splitlines()[-1] if out and out.strip() else None
+
+
 def read_host(env: dict[str, str], python: str, venv: Path) -> Host:
     """Probe this machine: nothing is installed, downloaded or changed."""
     gpus = gpu_count(env)
     driver_text = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], env) if gpus else None
     nvcc = find_nvcc(env)
     shm = Path("/dev/shm")
+    include = python_include(python, env)
     return Host(
         python_version=_version(_run([python, "--version"], env), r"Python (\d+)\.(\d+)\.?(\d+)?"),
         python=python,
@@ -176,6 +193,9 @@ def read_host(env: dict[str, str], python: str, venv: Path) -> Host:
         topology=read_topology(env) if gpus else None,
         nccl=nccl_env(env),
         nodes=int(env.get("NODES") or 1) if (env.get("NODES") or "1").isdigit() else 1,
+        cxx=find_cxx(env),
+        python_include=include,
+        python_h=include is not None and (Path(include) / "Python.h").exists(),
     )
 
 
@@ -205,8 +225,16 @@ def problems(host: Host, profile: str = "20b", building: bool = True,
         bad.append(f"python: {host.python} did not answer --version: set PYTHON=python3.11 (or newer)")
     elif host.python_version[:2] < MIN_PYTHON:
         bad.append(f"python: {host.python} is {_dotted(host.python_version)}; rft needs >= {_dotted(MIN_PYTHON)}: "
-                   "install python3.11 or newer (Ubuntu 22.04: apt install python3.11 python3.11-venv) and run "
-                   "make train PYTHON=python3.11")
+                   "install python3.11 or newer (Ubuntu 22.04: apt install python3.11 python3.11-dev "
+                   "python3.11-venv) and run make train-env PYTHON=python3.11")
+    elif not host.python_h:
+        pkg = f"python{_dotted(host.python_version[:2])}-dev"
+        where = host.python_include or "(sysconfig named no include directory)"
+        bad.append(f"Python.h: not in {where}, {host.python}'s headers; DeepSpeed's FusedAdam build includes it: "
+                   f"apt install {pkg} (or make train-env PYTHON=<an interpreter with its headers>)")
+    if not host.gpus:
+        bad.insert(0, "gpu: no GPU here (`nvidia-smi -L` lists none: no driver, or no device): the training environment "
+                      "needs the GPU node; without GPUs `make train` runs the CPU demonstration")
     if host.gpus and host.driver is None:
         bad.append("driver: nvidia-smi lists GPUs but no driver version: check `nvidia-smi` works")
     elif host.gpus and host.driver < MIN_DRIVER:
@@ -222,6 +250,9 @@ def problems(host: Host, profile: str = "20b", building: bool = True,
     elif host.nvcc_release[0] != CUDA_MAJOR:
         bad.append(f"nvcc: CUDA {_dotted(host.nvcc_release)}, torch is built for CUDA {CUDA_MAJOR}: DeepSpeed refuses "
                    f"the mismatch: install the CUDA {CUDA_MAJOR}.8 toolkit and put it first (CUDA_HOME, PATH)")
+    if host.cxx is None:
+        bad.append("c++: no C++ compiler ($CXX, or c++ on PATH): DeepSpeed's JIT build of FusedAdam calls one: "
+                   "apt install g++")
     if host.shm_gib is not None and host.shm_gib < MIN_SHM_GIB:
         bad.append(f"/dev/shm: {host.shm_gib:.2f} GiB free; NCCL and Ray need more: in a container start it with "
                    "--shm-size=64g (or --ipc=host)")
@@ -240,7 +271,7 @@ def problems(host: Host, profile: str = "20b", building: bool = True,
                    f"checkpoint: set DATA_ROOT (or HF_HOME) to a disk with room")
     if building and host.venv_free_gib is not None and host.venv_free_gib < VENV_GIB:
         bad.append(f"disk: {host.venv_free_gib:.0f} GiB free for the venv, it needs ~{VENV_GIB:.0f} GiB: "
-                   "make train TRAIN_VENV=/mnt/data/rft-venv")
+                   "make train-env TRAIN_VENV=/mnt/data/rft-venv")
     if host.gpus:
         warn += topology_warnings(host.topology, host.gpus)
     warn += env_warnings(host.nccl, host.nodes)

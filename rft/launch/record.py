@@ -1,12 +1,14 @@
 """The attempt workflow and the run record: git state, the `attempt-NN-start` tag, the chat date, the record file.
 
-A launch refuses a dirty tree (the configuration must be committed), tags the attempt once (a relaunch finds the
+A launch refuses a dirty tree (the configuration must be committed: tracked changes and untracked files that change
+a run; logs, venvs and run output never count), tags the attempt once (a relaunch finds the
 tag at HEAD) and writes `run_record_<UTC>.json` next to the metrics.
 """
 
 from __future__ import annotations
 
 import datetime
+import fnmatch
 import os
 import re
 import socket
@@ -39,21 +41,88 @@ def attempt_tag(n: int) -> str:
     return f"attempt-{n:02d}-start"
 
 
+RUN_OUTPUT = (".venv*/", "runs/", "logs/", ".gpu-check/", ".cache/", "*.log", "nohup.out", "__pycache__/",
+              "*.pyc")
+"""Untracked paths a launch never counts (nor looks into): venvs, logs, run output."""
+RUN_INPUT_DIRS = ("rft/", "patches/", "scripts/", "data/")
+"""Untracked files under these change a run."""
+RUN_INPUT_FILES = ("*.sh", "*.py", "*.patch", "*.toml", "*.json", "*.jsonl", "*.yaml", "*.yml", "*.cfg", "*.ini",
+                   "series", "Makefile")
+"""Untracked files named so change a run, wherever they are."""
+
+
 @dataclass
 class GitState:
     sha: str
     branch: str
-    dirty: list[str]
+    dirty: list[str]  # what blocks a launch: `path (why)`
     attempt: int | None
     tag: str | None
     problem: str | None  # why a launch would be refused
+
+
+def _matches(path: str, patterns: tuple[str, ...]) -> bool:
+    """`path` (a directory ends in /) matches a pattern by its name, or lies under a pattern that ends in /."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    for pat in patterns:
+        if pat.endswith("/"):
+            parts = path.rstrip("/").split("/")
+            if any(fnmatch.fnmatch(part + "/", pat) for part in (parts if path.endswith("/") else parts[:-1])):
+                return True
+        elif fnmatch.fnmatch(name, pat):
+            return True
+    return False
+
+
+def run_input_reason(path: str) -> str | None:
+    """Why an untracked file changes a run (None: it does not, e.g. a log, a venv, run output or a note)."""
+    if _matches(path, RUN_OUTPUT):
+        return None
+    top = next((d for d in RUN_INPUT_DIRS if path.startswith(d)), None)
+    if top:
+        return f"untracked under {top}"
+    pat = next((p for p in RUN_INPUT_FILES if fnmatch.fnmatch(path.rsplit("/", 1)[-1], p)), None)
+    return f"untracked {pat}" if pat else None
+
+
+def blocking_changes(repo: Path) -> list[str]:
+    """What keeps the tree from being the run's configuration, `path (why)`: every change to a tracked file, and
+    every untracked file that changes a run (run_input_reason); untracked RUN_OUTPUT is never looked into."""
+    out = []
+    entries = git(repo, "status", "--porcelain", "-z", "--untracked-files=normal").split("\0")
+    untracked_dirs = []
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if not entry:
+            continue
+        code, path = entry[:2], entry[3:]
+        if code.startswith("R") or code.startswith("C"):
+            i += 1  # the rename's source path follows
+        if code == "??":
+            if _matches(path, RUN_OUTPUT):
+                continue
+            if path.endswith("/"):
+                untracked_dirs.append(path)
+            elif (why := run_input_reason(path)) is not None:
+                out.append(f"{path} ({why})")
+        else:
+            what = {"M": "modified", "A": "added", "D": "deleted", "R": "renamed", "C": "copied", "T": "type changed",
+                    "U": "unmerged"}.get(code.strip()[:1], "changed")
+            out.append(f"{path} (tracked, {what}, not committed)")
+    for d in untracked_dirs:
+        for path in git(repo, "ls-files", "-z", "--others", "--exclude-standard", "--", d).split("\0"):
+            if path and (why := run_input_reason(path)) is not None:
+                out.append(f"{path} ({why})")
+    return out
 
 
 def git_state(repo: Path, env_attempt: str | None) -> GitState:
     """Inspect the repository without changing it."""
     sha = git(repo, "rev-parse", "HEAD")
     branch = git(repo, "rev-parse", "--abbrev-ref", "HEAD")
-    dirty = [ln for ln in git(repo, "status", "--porcelain", "--untracked-files=normal").splitlines() if ln]
+    dirty = blocking_changes(repo)
     problem, n, tag = None, None, None
     try:
         n = attempt_number(branch, env_attempt)
@@ -68,9 +137,10 @@ def git_state(repo: Path, env_attempt: str | None) -> GitState:
     except GitError as e:
         problem = str(e)
     if dirty:
+        shown = "; ".join(dirty[:8]) + (f"; and {len(dirty) - 8} more" if len(dirty) > 8 else "")
         problem = (
-            f"working tree is dirty ({len(dirty)} change(s): {', '.join(d[3:] for d in dirty[:5])}); "
-            "commit the configuration first"
+            f"working tree is dirty: {len(dirty)} uncommitted file(s) that change a run: {shown}; commit the "
+            "configuration first (logs, venvs, runs/, .gpu-check/ never count: docs/launching.md, the dirty-tree rule)"
         )
     return GitState(sha, branch, dirty, n, tag, problem)
 

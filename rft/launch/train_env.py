@@ -3,9 +3,11 @@
 `python3 -m rft.launch.train_env plan` prints the node's prerequisites (rft/launch/prereqs.py), the environment
 found and the install order, and runs nothing but read-only probes; `ensure` stops on a missing prerequisite
 before any download, then uses the environment found or builds one beside the target (`.venv-train.building`),
-verifies it (FusedAdam built once there, not at actor start-up), and renames it into place only then, so a
-half-built environment never shadows a working one. flash-attn is not built (an hour of nvcc): the recipes use
-eager attention and OpenRLHF only imports it, so an import-only stand-in wheel satisfies OpenRLHF's pin.
+verifies it, renames it into place only then, so a half-built environment never shadows a working one, and
+builds DeepSpeed's FusedAdam at that final path with the launch's TORCH_EXTENSIONS_DIR (renaming back if that
+fails). stdout carries only the interpreter; every child's output goes to stderr. flash-attn is not built (an
+hour of nvcc): the recipes use eager attention and OpenRLHF only imports it, so an import-only stand-in wheel
+satisfies OpenRLHF's pin.
 Stdlib only: it runs before any environment exists.
 """
 
@@ -18,9 +20,12 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
+from rft.launch.caches import cache_env
 from rft.launch.prereqs import problems, read_host
 from rft.provenance import REPO_ROOT as REPO
 
@@ -55,6 +60,9 @@ for mod, (dist, _) in stack.items():
 print(json.dumps({"python": sys.executable, "prefix": sys.prefix, "stack": out}))
 """
 
+VERIFY_MARK = "RFT_VERIFY "
+"""Starts the one line of VERIFY's and FUSED_ADAM's stdout that holds their result: DeepSpeed logs to stdout too."""
+
 # Runs inside the built environment: real imports, CUDA, and the versions again.
 VERIFY = """
 import importlib, importlib.metadata as md, json, sys
@@ -69,16 +77,29 @@ for mod, (dist, want) in stack.items():
     have = md.version(dist).split("+")[0]
     if have != want:
         bad.append(f"{dist} {have}, pinned {want}")
-import torch
-if not torch.cuda.is_available():
-    bad.append("torch.cuda.is_available() is False")
-try:  # built once here (TORCH_EXTENSIONS_DIR), found again by every actor rank at start-up
+try:
+    import torch
+    if not torch.cuda.is_available():
+        bad.append("torch.cuda.is_available() is False")
+except Exception as e:
+    bad.append(f"torch.cuda: {type(e).__name__}: {e}")
+print("\\n" + sys.argv[2] + json.dumps(bad), flush=True)
+"""
+
+# Runs in the environment at its final path: DeepSpeed's JIT build of FusedAdam into TORCH_EXTENSIONS_DIR.
+FUSED_ADAM = """
+import json, sys
+try:
     from deepspeed.ops.op_builder import FusedAdamBuilder
     FusedAdamBuilder().load()
+    bad = []
 except Exception as e:
-    bad.append(f"DeepSpeed FusedAdam build: {type(e).__name__}: {e}")
-print(json.dumps(bad))
+    bad = [f"DeepSpeed FusedAdam build: {type(e).__name__}: {e}"]
+print("\\n" + sys.argv[1] + json.dumps(bad), flush=True)
 """
+
+INSTALLED_MARK = "rft-installed"
+"""Written into `.building` once every install step passed: a later `ensure` verifies it again, downloading nothing."""
 
 
 @dataclass
@@ -115,7 +136,11 @@ def probe_env(python: str) -> EnvReport:
         return EnvReport(python, problems=[f"cannot run: {e}"])
     if res.returncode != 0:
         return EnvReport(python, problems=[f"probe failed: {res.stderr.strip()[-300:]}"])
-    return judge(python, json.loads(res.stdout)["stack"])
+    last = (res.stdout.strip().splitlines() or [""])[-1]  # a startup hook may print before the result
+    try:
+        return judge(python, json.loads(last)["stack"])
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return EnvReport(python, problems=[f"probe printed no result line: {last[-200:]!r}"])
 
 
 def candidates(env: dict[str, str], venv: Path) -> list[str]:
@@ -202,19 +227,18 @@ def describe(found: EnvReport | None, reports: list[EnvReport], venv: Path, base
     lines.append(f"no environment holds the pinned stack: would build {building}, verify it, rename it to {venv}")
     for i, (what, argv) in enumerate(install_steps(base_python, building), start=1):
         lines.append(f"  {i}. {what}: {' '.join(argv)}")
-    lines.append(f"  {len(install_steps(base_python, building)) + 1}. verify: the pinned versions, real imports, "
-                 "torch.cuda.is_available()")
-    lines.append(f"  {len(install_steps(base_python, building)) + 2}. rename {building.name} -> {venv.name}")
+    n = len(install_steps(base_python, building))
+    lines.append(f"  {n + 1}. verify: the pinned versions, real imports, torch.cuda.is_available()")
+    lines.append(f"  {n + 2}. rename {building.name} -> {venv.name}, then DeepSpeed's FusedAdam built there into "
+                 "TORCH_EXTENSIONS_DIR (renamed back if it fails)")
     return "\n".join(lines)
 
 
-def relocate(building: Path, venv: Path) -> None:
-    """Rename a finished venv into place and point its scripts (shebangs, activate) at the new path."""
-    if venv.exists():
-        shutil.rmtree(venv)
-    building.rename(venv)
-    old, new = str(building), str(venv)
-    for f in (venv / "bin").iterdir():
+def relocate(src: Path, dst: Path) -> None:
+    """Rename a venv from `src` to `dst` (absent) and point its scripts (shebangs, activate) at the new path."""
+    src.rename(dst)
+    old, new = str(src), str(dst)
+    for f in (dst / "bin").iterdir():
         if f.is_file() and not f.is_symlink():
             try:
                 text = f.read_text()
@@ -224,24 +248,91 @@ def relocate(building: Path, venv: Path) -> None:
                 f.write_text(text.replace(old, new))
 
 
-def build(base_python: str, venv: Path, log=print) -> str:
-    """Build beside `venv`, verify, rename into place; returns the new interpreter. Raises RuntimeError."""
-    building = venv.with_name(venv.name + ".building")
+def child_env(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with the launch's cache variables (rft/launch/caches.py): FusedAdam lands where the actors look."""
+    return {**env, **cache_env(env)}
+
+
+def run_check(python: Path, script: str, args: list[str], env: Mapping[str, str], what: str) -> None:
+    """Run `script` in `python`; its result is the last VERIFY_MARK line of stdout (a JSON list of problems).
+    Raises RuntimeError `verify failed: ...` naming what failed: the exit status, a missing line, bad JSON, a problem."""
+    try:
+        res = subprocess.run([str(python), "-c", script, *args, VERIFY_MARK], capture_output=True, text=True,
+                             env=dict(env), timeout=3600)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise RuntimeError(f"verify failed: {what}: {python} did not run: {e}") from None
+    tail = (res.stderr.strip().splitlines() or ["(no stderr)"])[-1][-300:]
+    if res.returncode != 0:
+        raise RuntimeError(f"verify failed: {what}: {python} exited {res.returncode}: {tail}")
+    marked = [ln[len(VERIFY_MARK):] for ln in res.stdout.splitlines() if ln.startswith(VERIFY_MARK)]
+    if not marked:
+        raise RuntimeError(f"verify failed: {what}: no {VERIFY_MARK.strip()} line in {python}'s output ({tail})")
+    try:
+        bad = json.loads(marked[-1])
+    except json.JSONDecodeError as e:
+        raise RuntimeError(f"verify failed: {what}: its {VERIFY_MARK.strip()} line is not JSON ({e}): "
+                           f"{marked[-1][:200]}") from None
+    if not isinstance(bad, list):
+        raise RuntimeError(f"verify failed: {what}: its {VERIFY_MARK.strip()} line is not a list: {marked[-1][:200]}")
+    if bad:
+        raise RuntimeError(f"verify failed: {what}: {'; '.join(map(str, bad))}")
+
+
+def install_all(base_python: str, building: Path, venv: Path, log: Callable[[str], None], out: TextIO) -> None:
+    """The install steps into a fresh `building`, every child's output to `out`; marks it INSTALLED_MARK."""
     if building.exists():
-        shutil.rmtree(building)  # a previous build that did not finish
+        shutil.rmtree(building)  # a build that did not finish its install steps
     for i, (what, argv) in enumerate(install_steps(base_python, building), start=1):
         log(f"[{i}] {what}")
-        if subprocess.run(argv).returncode != 0:
+        if subprocess.run(argv, stdout=out, stderr=out).returncode != 0:
             raise RuntimeError(f"step {i} ({what}) failed: {' '.join(argv)}; {venv} left as it was")
         if i == 1:  # the venv exists now: the pins the later steps are held to, and the stand-in wheel
             (building / "constraints-train.txt").write_text(constraints_text())
             build_standin_wheel(building)
-    res = subprocess.run([str(building / "bin" / "python"), "-c", VERIFY, json.dumps(STACK)],
-                         capture_output=True, text=True)
-    bad = json.loads(res.stdout) if res.returncode == 0 else [res.stderr.strip()[-500:]]
-    if bad:
-        raise RuntimeError(f"verify failed: {'; '.join(bad)}; {venv} left as it was")
+    (building / INSTALLED_MARK).write_text("every install step passed; verify next\n")
+
+
+def swap_in(building: Path, venv: Path, env: Mapping[str, str]) -> None:
+    """Rename `building` to `venv` (the old one aside), build FusedAdam there; on failure put both back."""
+    old = venv.with_name(venv.name + ".old")
+    if old.exists():
+        shutil.rmtree(old)
+    if venv.exists():
+        venv.rename(old)
     relocate(building, venv)
+    try:
+        run_check(venv / "bin" / "python", FUSED_ADAM, [], env, "FusedAdam at its final path")
+    except RuntimeError:
+        relocate(venv, building)
+        if old.exists():
+            old.rename(venv)
+        raise
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def build(base_python: str, venv: Path, log: Callable[[str], None] = print, out: TextIO | None = None,
+          env: Mapping[str, str] | None = None) -> str:
+    """Build beside `venv`, verify, rename into place, build FusedAdam there; returns the new interpreter.
+    Every child writes to `out` (default stderr), never to stdout. Raises RuntimeError."""
+    out = sys.stderr if out is None else out
+    env = child_env(os.environ if env is None else env)
+    building = venv.with_name(venv.name + ".building")
+    if (building / INSTALLED_MARK).exists():
+        log(f"{building} holds a finished install: verifying it again, nothing downloaded "
+            f"(rm -rf {building} to start over)")
+    else:
+        install_all(base_python, building, venv, log, out)
+    kept = (f"{venv} left as it was; {building} kept: the next `make train-env` verifies it again without "
+            f"downloading (rm -rf {building} to start over)")
+    log(f"[verify] the pinned versions, real imports, torch.cuda.is_available() in {building}")
+    try:
+        run_check(building / "bin" / "python", VERIFY, [json.dumps(STACK)], env, "imports and versions")
+        log(f"[install] rename to {venv}, then DeepSpeed's FusedAdam into {env['TORCH_EXTENSIONS_DIR']}")
+        swap_in(building, venv, env)
+    except RuntimeError as e:
+        raise RuntimeError(f"{e}; {kept}") from None
+    (venv / INSTALLED_MARK).unlink(missing_ok=True)
     return str(venv / "bin" / "python")
 
 

@@ -437,11 +437,11 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
              "--vllm_tensor_parallel_size", "2", "--actor_num_gpus_per_node", "4", "--ref_num_gpus_per_node", "4",
              "--colocate_actor_ref", "--save_path", str(tmp_path / "out"), "--ckpt_path", str(tmp_path / "ckpt")]
     # Dirty tree: refused, nothing tagged, no record.
-    (repo / "notes.md").write_text("uncommitted\n")
+    (repo / "reward.toml").write_text("[judge]\n")  # untracked configuration: it changes a run
     assert cli.main(["--profile", "20b", "--repo", str(repo), "--", *flags]) == 1
     assert "working tree is dirty" in capsys.readouterr().err
     assert git(repo, "tag", "--list") == "" and not (tmp_path / "records").exists()
-    (repo / "notes.md").unlink()
+    (repo / "reward.toml").unlink()
     # Without the colocated reference the placement asks for 12 GPUs: refused on the 8-GPU node.
     no_coloc = [f for f in flags if f != "--colocate_actor_ref"]
     assert cli.main(["--profile", "20b", "--repo", str(repo), "--", *no_coloc]) == 1

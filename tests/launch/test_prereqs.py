@@ -21,7 +21,8 @@ from rft.provenance import REPO_ROOT as ROOT
 
 GOOD = Host(python_version=(3, 12, 3), python="python3", gpus=8, driver=(570, 133, 20), nvcc_release=(12, 8),
             shm_gib=64.0, nofile=(1048576, 1048576), mem_available_gib=1900.0, cache_dir=Path("/mnt/data/hf"),
-            cache_free_gib=3000.0, venv_free_gib=3000.0,
+            cache_free_gib=3000.0, venv_free_gib=3000.0, cxx="/usr/bin/c++",
+            python_include="/usr/include/python3.12", python_h=True,
             topology=(Path(__file__).resolve().parent / "topo" / "h100_sxm_nv18.txt").read_text())
 
 
@@ -32,6 +33,9 @@ def test_a_good_node_has_nothing_to_fix():
 @pytest.mark.parametrize(("change", "start"), [
     ({"python_version": (3, 10, 12)}, "python: python3 is 3.10.12; rft needs >= 3.11"),
     ({"python_version": None}, "python: python3 did not answer --version"),
+    ({"python_h": False}, "Python.h: not in /usr/include/python3.12, python3's headers"),
+    ({"gpus": 0, "topology": None}, "gpu: no GPU here (`nvidia-smi -L` lists none"),
+    ({"cxx": None}, "c++: no C++ compiler ($CXX, or c++ on PATH)"),
     ({"driver": (525, 60, 12)}, "driver: 525.60.12 is below 525.60.13"),
     ({"driver": None}, "driver: nvidia-smi lists GPUs but no driver version"),
     ({"nvcc_release": None}, "nvcc: no CUDA compiler on PATH or under $CUDA_HOME/bin"),
@@ -197,3 +201,23 @@ def test_mem_available_reads_meminfo(tmp_path):
     (tmp_path / "meminfo").write_text("MemTotal:       32 kB\nMemAvailable:   2097152 kB\n")
     assert prereqs.mem_available_gib(tmp_path / "meminfo") == 2.0
     assert prereqs.mem_available_gib(tmp_path / "none") is None
+
+
+def test_the_fixes_name_make_train_env():
+    """`make train-env` is what builds the venv: its errors name its own fix, and the headers' package."""
+    (py,) = problems(replace(GOOD, python_version=(3, 10, 12)), "20b")[0]
+    assert py.endswith("run make train-env PYTHON=python3.11")
+    (headers,) = problems(replace(GOOD, python_h=False), "20b")[0]
+    assert "apt install python3.12-dev" in headers
+    assert problems(replace(GOOD, python_h=False, cxx="/usr/bin/c++"), "20b", building=False) == ([], [])
+
+
+def test_read_host_finds_the_compiler_and_the_headers(tmp_path):
+    env = fake_bin(tmp_path, cxx_wrapper="true")
+    host = read_host({**env, "CXX": str(tmp_path / "bin" / "cxx-wrapper")}, sys.executable, tmp_path)
+    assert host.cxx == str(tmp_path / "bin" / "cxx-wrapper")
+    assert host.python_h == (Path(host.python_include) / "Python.h").exists()
+    (tmp_path / "empty").mkdir()
+    bare = read_host({**fake_bin(tmp_path / "empty"), "CXX": "no-such-c++"}, str(tmp_path / "missing"), tmp_path)
+    assert (bare.cxx, bare.python_include, bare.python_h) == (None, None, False)
+    assert problems(bare, "20b")[0][0].startswith("gpu: no GPU here")

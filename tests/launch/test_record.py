@@ -42,3 +42,32 @@ def test_the_record_holds_the_seed_the_command_runs_with():
     assert run_seed(["python", "-m", "x"]) == 42  # OpenRLHF's default
     record = build_record("cpu", ["x", "--seed", "11"], "x --seed 11", None, False, {}, {}, "2026-01-01")
     assert record["seed"] == 11
+
+
+def test_the_dirty_tree_rule_counts_configuration_not_output(repo):
+    """Logs, venvs, runs/ and .gpu-check/ never block a launch; a modified tracked script, or an untracked file
+    that changes a run, does, and the refusal names it and why."""
+    (repo / ".venv-train" / "bin").mkdir(parents=True)
+    (repo / ".venv-train" / "bin" / "python").write_text("")
+    (repo / ".venv-train.building").mkdir()
+    (repo / ".venv-train.building" / "x.py").write_text("")
+    for out in ("train.log", "smoke.log", "runs/cpu-1/metrics.jsonl", ".gpu-check/out/gpu_check.json", "notes.md"):
+        (repo / out).parent.mkdir(parents=True, exist_ok=True)
+        (repo / out).write_text("x\n")
+    clean = record.git_state(repo, None)
+    assert (clean.problem, clean.dirty) == (None, [])
+
+    (repo / "train.sh").write_text("echo changed\n")
+    dirty = record.git_state(repo, None)
+    assert dirty.dirty == ["train.sh (tracked, modified, not committed)"]
+    assert dirty.problem.startswith("working tree is dirty: 1 uncommitted file(s) that change a run: "
+                                    "train.sh (tracked, modified, not committed); commit the configuration first")
+    git(repo, "checkout", "-q", "--", "train.sh")
+    (repo / "reward.toml").write_text("[judge]\n")
+    (repo / "rft" / "extra").mkdir(parents=True)
+    (repo / "rft" / "extra" / "mod.txt").write_text("x\n")
+    (repo / "patches").mkdir()
+    (repo / "patches" / "new.patch").write_text("x\n")
+    assert record.git_state(repo, None).dirty == [
+        "reward.toml (untracked *.toml)", "patches/new.patch (untracked under patches/)",
+        "rft/extra/mod.txt (untracked under rft/)"]

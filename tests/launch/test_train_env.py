@@ -4,14 +4,19 @@ pins, the build beside and rename, and a dry run that runs nothing (a fake nvidi
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from rft.launch import train_env
+from rft.launch.caches import CACHE_DIRS, cache_env
 from rft.launch.train_env import STACK, describe, find_env, install_steps, judge, relocate
 from rft.provenance import REPO_ROOT as ROOT
+from tests.support.wheelhouse import build_wheelhouse
 
 PINNED = {mod: [version, True] for mod, (_, version) in STACK.items()}
 
@@ -179,3 +184,148 @@ def test_launch_scripts_pick_the_interpreter_that_imports_openrlhf(tmp_path):
                          capture_output=True, text=True, env={**env, "PYTHON": "/x/python"}, timeout=60)
     assert res.stdout.strip() == "/x/python"  # an explicit PYTHON wins
 
+
+
+def test_verify_reads_only_its_marked_line_and_names_each_failure(tmp_path):
+    """DeepSpeed logs to stdout before the result: only the RFT_VERIFY line counts; every failure is one
+    `verify failed: ...` RuntimeError naming what failed, never a JSONDecodeError."""
+    noise = "print('[WARNING] Setting accelerator to CPU'); "
+    py = Path(sys.executable)
+    env = dict(os.environ)
+    train_env.run_check(py, noise + "import sys; print(sys.argv[1] + '[]')", [], env, "imports")  # passes
+    cases = {
+        noise + "import sys; print(sys.argv[1] + '[\"torch.cuda.is_available() is False\"]')":
+            "verify failed: imports: torch.cuda.is_available() is False",
+        noise: "verify failed: imports: no RFT_VERIFY line in",
+        noise + "import sys; print(sys.argv[1] + '[oops')": "verify failed: imports: its RFT_VERIFY line is not JSON",
+        "import sys; sys.stderr.write('ImportError: no vllm\\n'); sys.exit(3)":
+            "verify failed: imports: " + sys.executable + " exited 3: ImportError: no vllm",
+    }
+    for script, start in cases.items():
+        with pytest.raises(RuntimeError) as err:
+            train_env.run_check(py, script, [], env, "imports")
+        assert str(err.value).startswith(start), str(err.value)
+
+
+def test_ensure_without_a_gpu_says_so_in_one_line_before_any_download(tmp_path, capfd, monkeypatch):
+    env = fake_tools(tmp_path / "bin", nvcc="12.8")
+    (tmp_path / "bin" / "nvidia-smi").unlink()
+    monkeypatch.setenv("PATH", env["PATH"])
+    venv = tmp_path / ".venv-train"
+    assert train_env.main(["ensure", "--venv", str(venv), "--base-python", sys.executable]) == 1
+    out, err = capfd.readouterr()
+    gpu = [line for line in err.splitlines() if "GPU" in line and "ERROR" in line]
+    assert out == "" and len(gpu) == 1 and gpu[0].startswith("  ERROR gpu: no GPU here"), err
+    assert "nothing was downloaded" in err
+    assert not venv.exists() and not Path(f"{venv}.building").exists()
+
+
+ROOMY_PYTHON = """#!/usr/bin/env bash
+# PYTHON for `make train-env`: the real interpreter; `-m rft.launch.train_env` runs its main() with this machine's
+# host RAM, open-file limit and disk sizes read as an 8-GPU node's (every other prerequisite is checked for real).
+if [[ "$1 $2" == "-m rft.launch.train_env" ]]; then
+    shift 2
+    exec "{python}" -c '
+import sys
+from dataclasses import replace
+from rft.launch import train_env
+read = train_env.read_host
+train_env.read_host = lambda *a: replace(read(*a), mem_available_gib=2000.0, nofile=(1048576, 1048576),
+                                         cache_free_gib=3000.0, venv_free_gib=3000.0, shm_gib=64.0)
+sys.exit(train_env.main())' "$@"
+fi
+exec "{python}" "$@"
+"""
+
+
+@pytest.mark.slow
+def test_make_train_env_end_to_end_from_a_local_wheelhouse(tmp_path, pristine_openrlhf_root):
+    """`make train-env`: the real pip installs stand-in wheels through install_steps, build(), VERIFY, the rename
+    and apply_patches.sh, with a fake 8-GPU nvidia-smi and nvcc. stdout is the interpreter alone; a failed verify
+    is one line and keeps the build for a retry that downloads nothing; FusedAdam is built once, at the final path,
+    where the launch looks; the venv leaves `git status` clean."""
+    wheels = build_wheelhouse(tmp_path / "wheelhouse", pristine_openrlhf_root / "openrlhf")
+    env = fake_tools(tmp_path / "bin", nvcc="12.8")
+    python = tmp_path / "bin" / "python3.11"
+    python.write_text(ROOMY_PYTHON.format(python=sys.executable))
+    (tmp_path / "bin" / "c++").write_text("#!/usr/bin/env bash\nexit 0\n")  # the stand-in FusedAdam compiles nothing
+    for tool in (python, tmp_path / "bin" / "c++"):
+        tool.chmod(0o755)
+    home, data_root = tmp_path / "home", tmp_path / "data"
+    home.mkdir()
+    env = {k: v for k, v in env.items() if not k.startswith(("PIP_", "MAKE")) and k not in CACHE_DIRS}
+    env.update(HOME=str(home), DATA_ROOT=str(data_root), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels),
+               PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1", RFT_STANDIN_CUDA="1")
+    checkout = tmp_path / "checkout"  # a clone's view: the repo's .gitignore, the venv where make puts it
+    checkout.mkdir()
+    shutil.copy(ROOT / ".gitignore", checkout / ".gitignore")
+    for args in (["init", "-q"], ["add", ".gitignore"], ["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "i"]):
+        subprocess.run(["git", "-C", str(checkout), *args], check=True)
+    venv, building = checkout / ".venv-train", checkout / ".venv-train.building"
+
+    def make_train_env() -> subprocess.CompletedProcess:
+        return subprocess.run(["make", "--no-print-directory", "-s", "-C", str(ROOT), "train-env", f"PYTHON={python}",
+                               f"TRAIN_VENV={venv}"], capture_output=True, text=True, env=env, timeout=600)
+
+    res = make_train_env()
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == f"{venv}/bin/python\n", res.stdout  # only the interpreter: what PY=$(make -s train-env) gets
+    assert "[1] venv" in res.stderr and "Successfully installed" in res.stderr  # pip's output went to stderr
+    assert not building.exists() and not Path(f"{venv}.old").exists()
+    extensions = data_root / "cache" / "torch_extensions" / "py311_cu128" / "fused_adam"
+    assert (extensions / "builds.log").read_text() == f"{venv}\n"  # once, at the final path, where actors look
+    assert not (home / ".cache" / "torch_extensions").exists()
+    actor = subprocess.run([f"{venv}/bin/python", "-c", "from deepspeed.ops.op_builder import FusedAdamBuilder as F; "
+                            "F().load()"], capture_output=True, text=True, env={**env, **cache_env(env)})
+    assert actor.returncode == 0 and (extensions / "builds.log").read_text() == f"{venv}\n"  # no rebuild
+    check = subprocess.run(["bash", str(ROOT / "apply_patches.sh"), "--check"], capture_output=True, text=True,
+                           env={**env, "PYTHON": res.stdout.strip()})
+    assert check.returncode == 0, check.stdout + check.stderr  # make train-env applied the series
+    assert subprocess.run(["git", "-C", str(checkout), "status", "--porcelain"], capture_output=True, text=True,
+                          check=True).stdout == ""
+
+    # A build whose verify failed: the state build() keeps (the finished install back in .building, marked).
+    train_env.relocate(venv, building)
+    (building / train_env.INSTALLED_MARK).write_text("")
+    env["RFT_STANDIN_CUDA"] = "0"
+    res = make_train_env()
+    assert res.returncode != 0 and res.stdout == "" and "Traceback" not in res.stderr, res.stderr
+    (last,) = [line for line in res.stderr.splitlines() if line.startswith("train env: ")]
+    assert last.startswith("train env: verify failed: imports and versions: torch.cuda.is_available() is False;")
+    assert f"{building} kept" in last and not venv.exists() and (building / train_env.INSTALLED_MARK).exists()
+    env["RFT_STANDIN_CUDA"] = "1"
+    res = make_train_env()
+    assert res.returncode == 0 and res.stdout == f"{venv}/bin/python\n", res.stderr
+    assert "verifying it again, nothing downloaded" in res.stderr and "[1] venv" not in res.stderr
+    assert (extensions / "builds.log").read_text() == f"{venv}\n"  # the same path: nothing rebuilt
+
+
+def test_a_failed_fused_adam_build_puts_both_venvs_back(tmp_path):
+    """FusedAdam is built after the rename; when it fails, the new venv goes back to .building (its scripts
+    pointed there again) and the old .venv-train returns."""
+    building, venv = tmp_path / ".venv-train.building", tmp_path / ".venv-train"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(building)], check=True)
+    (building / train_env.INSTALLED_MARK).write_text("")
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "old").write_text("the working environment\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "DATA_ROOT": str(tmp_path / "data")}
+    with pytest.raises(RuntimeError, match=r"^verify failed: FusedAdam at its final path: DeepSpeed FusedAdam build: "
+                                           r"ModuleNotFoundError"):
+        train_env.swap_in(building, venv, train_env.child_env(env))
+    assert (venv / "bin" / "old").exists() and not Path(f"{venv}.old").exists()
+    activate = (building / "bin" / "activate").read_text()
+    assert (building / train_env.INSTALLED_MARK).exists() and activate.count(str(venv)) == activate.count(str(building)) > 0
+    assert f"{building}.building" not in activate
+
+
+def test_the_probe_reads_its_last_line_and_never_raises(tmp_path):
+    """A startup hook that prints (a .pth, a sitecustomize) neither hides the result nor raises."""
+    noisy = tmp_path / "noisy"
+    noisy.write_text(f'#!/usr/bin/env bash\necho "conda hook says hello"\nexec "{sys.executable}" "$@"\n')
+    noisy.chmod(0o755)
+    rep = train_env.probe_env(str(noisy))
+    assert rep.python == str(noisy) and "torch" in rep.found and rep.problems
+    mute = tmp_path / "mute"
+    mute.write_text("#!/usr/bin/env bash\necho 'not json'\n")
+    mute.chmod(0o755)
+    assert train_env.probe_env(str(mute)).problems == ["probe printed no result line: 'not json'"]
