@@ -355,6 +355,7 @@ def trainer_markdown(p: dict, beside: dict | None) -> list[str]:
 
 def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
     from rft.io import atomic_write_json, atomic_write_text
+    from rft.launch.step_time import figures_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     jpath, mpath = out_dir / "gpu_check.json", out_dir / "gpu_check.md"
@@ -366,7 +367,7 @@ def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
         source = (f"make gpu-check, {report['configuration']} configuration, {env.get('gpu', env['device'])}, "
                   f"torch {env['torch']}, {time.strftime('%Y-%m-%d')}: the trainer phases of "
                   f"{report['phases']['trainer']['layers']} layers")
-        atomic_write_text(out_dir / FIGURES_FILE, gt.figures_toml(figures, source))
+        atomic_write_text(out_dir / FIGURES_FILE, figures_text(figures, source))
     return jpath, mpath
 
 

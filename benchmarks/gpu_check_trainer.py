@@ -12,7 +12,6 @@ attention paths at length.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -388,18 +387,12 @@ def trainer_phases(shape: ph.CheckShape, layers: int, device: torch.device, out:
 
 def check_shape_plan(shape: ph.CheckShape, layers: int):
     """The memory plan's Shape for the measured model (gpt-oss-20b at full width and depth, or the tiny one)."""
-    from rft.launch.memory_plan import SHAPES, Shape
+    from rft.launch.memory_plan import SHAPES, shape_from_config
 
     s20 = SHAPES["gpt-oss-20b"]
     if shape.hidden == s20.hidden and layers == s20.layers:
         return s20
-    cfg = ph.gpt_oss_config(shape, layers)
-    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-    attn = layers * (2 * shape.hidden * q + 2 * shape.hidden * kv)
-    experts = layers * shape.experts * 3 * shape.hidden * shape.intermediate
-    params = attn + experts + 2 * shape.vocab * shape.hidden + layers * shape.hidden * shape.experts
-    return Shape(f"measured ({layers} layers)", params, layers, shape.hidden, q, kv, shape.experts, shape.intermediate,
-                 shape.vocab, shape.heads, 0.0, shape.top_k, cfg.sliding_window)
+    return shape_from_config(ph.gpt_oss_config(shape, layers).to_dict(), "measured")
 
 
 def beside_model(shape: ph.CheckShape, layers: int, rows: list[dict]) -> dict:
@@ -427,13 +420,6 @@ def beside_model(shape: ph.CheckShape, layers: int, rows: list[dict]) -> dict:
         implied["forward_mfu"] = fwd_flops / (peak * by["old_logprob"]["s"])
     return {"model_s": model, "plan_activations_gib": activations, "flops": {"forward": fwd_flops,
             "train": train_flops}, "peak_bf16_flops": peak, "figures": implied, "shape": plan_shape.name}
-
-
-def figures_toml(figures: dict[str, float], source: str) -> str:
-    """A device-figures file (`RFT_DEVICE_FIGURES`): the measured figures over the stated ones."""
-    lines = [f"# {source}", f"source = {json.dumps(source)}"]
-    lines += [f"{name} = {value:.6g}" for name, value in sorted(figures.items())]
-    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------- attention paths at length

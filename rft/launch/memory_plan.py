@@ -90,7 +90,11 @@ def config_shape(pretrain: str) -> Shape | None:
     cfg_path = Path(pretrain) / "config.json"
     if not cfg_path.is_file():
         return None
-    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    return shape_from_config(json.loads(cfg_path.read_text(encoding="utf-8")), pretrain)
+
+
+def shape_from_config(cfg: dict, where: str) -> Shape:
+    """A decoder config's shape (a dense MLP as one expert, top-1); `where` names it in the plan's lines."""
     hidden, layers, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or hidden // heads
@@ -100,7 +104,7 @@ def config_shape(pretrain: str) -> Shape | None:
     q_dim, kv_dim = heads * head_dim, kv * head_dim
     params = (layers * (2 * hidden * q_dim + 2 * hidden * kv_dim + experts * 3 * hidden * dim + hidden * experts)
               + vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2))
-    return Shape(f"{cfg.get('model_type', 'model')} ({layers} layers, {pretrain})", params, layers, hidden, q_dim,
+    return Shape(f"{cfg.get('model_type', 'model')} ({layers} layers, {where})", params, layers, hidden, q_dim,
                  kv_dim, experts, dim, vocab, heads, 0.0, top_k, cfg.get("sliding_window") or 128)
 
 

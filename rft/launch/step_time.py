@@ -10,6 +10,7 @@ first GPU run's timings calibrate it (docs/step-time.md).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -129,6 +130,12 @@ def read_figures_file(path: str | Path) -> dict:
         return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise FiguresError(f"device figures {path}: {e}") from e
+
+
+def figures_text(figures: dict[str, float], source: str) -> str:
+    """A device-figures file's text: a `source` line saying what measured them, then one `figure = value` each."""
+    lines = [f"# {source}", "source = " + json.dumps(source)]
+    return "\n".join(lines + [f"{k} = {v:.6g}" for k, v in sorted(figures.items())]) + "\n"
 
 
 def figures_source(path: str | Path | None) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from rft.launch.step_time import calibrate
+from rft.launch.step_time import calibrate, figures_text
 from rft.monitor.logs import MetricsLog
 from rft.monitor.step_phases import mean_seconds, timed_steps
 
@@ -25,12 +25,6 @@ def measured(log: MetricsLog) -> tuple[dict[str, float], list[int]]:
     if not steps:
         raise ValueError("no step of this run holds time_step_s: nothing to calibrate from")
     return mean_seconds(log, steps), steps
-
-
-def figures_text(figures: dict[str, float], source: str) -> str:
-    """The TOML a device-figures file holds: a `source` line, then one `figure = value` line each."""
-    lines = [f"# {source}", f"source = {source!r}".replace("'", '"')]
-    return "\n".join(lines + [f"{k} = {v:.6g}" for k, v in sorted(figures.items())]) + "\n"
 
 
 def write_calibration(log: MetricsLog, record: dict | None, path: Path, run: str) -> str:
