@@ -317,14 +317,14 @@ def report(s: Schedule, verdict: Verdict, check_step: int = CHECK_STEP, min_frac
 def count_pool(prompt_data: str, max_samples: float = 1e8, probs: str | None = None) -> int:
     """Prompts 0.9.3 trains on: each comma-separated JSONL capped at max_samples, concatenated, capped again."""
     if probs:
-        raise ValueError("--prompt_data_probs interleaves datasets; give the pool size with POOL=N")
+        raise ValueError("--prompt_data_probs interleaves datasets; give the pool size with --pool N")
     total = 0
     for part in prompt_data.split(","):
         path = part.split("@")[0].strip()
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"--prompt_data {path} not found; give the pool size with POOL=N")
+            raise FileNotFoundError(f"--prompt_data {path} not found; give the pool size with --pool N")
         if not path.endswith((".jsonl", ".json")):
-            raise ValueError(f"--prompt_data {path}: not a local JSONL file; give the pool size with POOL=N")
+            raise ValueError(f"--prompt_data {path}: not a local JSONL file; give the pool size with --pool N")
         total += min(int(max_samples), sum(1 for _ in iter_jsonl(path)))
     return min(int(max_samples), total)
 
@@ -333,23 +333,10 @@ def schedule_from_args(args: argparse.Namespace, pool: int | None = None) -> Sch
     """Build the Schedule from a parsed OpenRLHF namespace (pool counted from --prompt_data if not given)."""
     if pool is None:
         if not args.prompt_data:
-            raise ValueError("no --prompt_data and no POOL: cannot size the schedule")
+            raise ValueError("no --prompt_data and no --pool: cannot size the schedule")
         pool = count_pool(args.prompt_data, args.max_samples, args.prompt_data_probs)
     renamed = {"lr": "actor_learning_rate", "warmup_ratio": "lr_warmup_ratio", "scheduler": "lr_scheduler"}
     return from_args(Schedule, args, renamed, pool=pool)
-
-
-# Seed-form environment variables and the OpenRLHF flag each stands for.
-ENV_FLAGS = {
-    "NS": "--n_samples_per_prompt",
-    "TBS": "--train_batch_size",
-    "EP": "--num_episodes",
-    "WARMUP": "--lr_warmup_ratio",
-    "LR": "--actor_learning_rate",
-    "RBS": "--rollout_batch_size",
-    "MAX_EPOCHS": "--max_epochs",
-    "LORA_RANK": "--lora_rank",
-}
 
 
 # Placeholders that let 0.9.3's validation run when only schedule flags are given (its default
@@ -364,28 +351,16 @@ NEUTRAL_FLAGS = [
 ]
 
 
-def env_flags(environ: dict[str, str]) -> list[str]:
-    """Seed-form env vars (NS=8 TBS=16 ...) as OpenRLHF flags; explicit flags placed after them win."""
-    out: list[str] = []
-    for var, flag in ENV_FLAGS.items():
-        if environ.get(var, "").strip():
-            out += [flag, environ[var].strip()]
-    if environ.get("TBS", "").strip() and not environ.get("RBS", "").strip():
-        out += ["--rollout_batch_size", environ["TBS"].strip()]  # the recipes use rollout batch = train batch
-    return out
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="preflight_lr.sh",
         description="Model OpenRLHF 0.9.3's actor LR schedule for a launch and abort (exit 1) when it is unusable. "
-        "Seed form: POOL=400 NS=8 TBS=16 EP=1 WARMUP=0.05 LR=5e-7 bash preflight_lr.sh (also RBS, default TBS; "
-        "MAX_EPOCHS; LORA_RANK). Any OpenRLHF flag may follow; flags override the env vars. Without POOL the pool is "
-        "counted from --prompt_data after --max_samples.",
+        "Example: bash preflight_lr.sh --pool 400 --n_samples_per_prompt 8 --train_batch_size 16 "
+        "--rollout_batch_size 16 --num_episodes 1 --lr_warmup_ratio 0.05 --actor_learning_rate 5e-7. Any OpenRLHF "
+        "flag may follow, as on a launch script's command line. Without --pool the pool is counted from "
+        "--prompt_data after --max_samples.",
     )
-    p.add_argument(
-        "--pool", type=int, default=None, help="number of prompts (overrides POOL and --prompt_data)"
-    )
+    p.add_argument("--pool", type=int, default=None, help="number of prompts (instead of counting --prompt_data)")
     p.add_argument("--check-step", type=int, default=CHECK_STEP, help="scheduler step whose LR is checked")
     p.add_argument(
         "--min-fraction", type=float, default=MIN_FRACTION, help="minimum LR fraction at that step"
@@ -394,19 +369,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> int:
-    """CLI: print the schedule report; exit 1 when the preflight fails, 2 on bad input."""
+    """CLI: print the schedule report; exit 1 when the preflight fails, 2 on bad input or a removed variable set."""
     from rft.launch.openrlhf_cli import FlagError, parse_args
+    from rft.launch.removed import as_flags, still_set
 
     environ = dict(os.environ if environ is None else environ)
-    ours, rest = build_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
-    pool = (
-        ours.pool
-        if ours.pool is not None
-        else (int(environ["POOL"]) if environ.get("POOL", "").strip() else None)
-    )
+    argv = sys.argv[1:] if argv is None else argv
+    if leftovers := still_set(environ):
+        print("\n".join(f"preflight_lr: {ln}" for ln in leftovers), file=sys.stderr)
+        if flags := as_flags(environ):
+            print(f"preflight_lr: as flags: bash preflight_lr.sh {' '.join([*flags, *argv])}", file=sys.stderr)
+        return 2
+    ours, rest = build_parser().parse_known_args(argv)
     try:
-        args = parse_args(NEUTRAL_FLAGS + env_flags(environ) + rest).args
-        sched = schedule_from_args(args, pool)
+        args = parse_args(NEUTRAL_FLAGS + rest).args
+        sched = schedule_from_args(args, ours.pool)
     except (FlagError, ValueError, FileNotFoundError) as e:
         print(f"preflight_lr: {e}", file=sys.stderr)
         return 2

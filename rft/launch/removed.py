@@ -2,7 +2,8 @@
 
 REMOVED holds the environment-variable rows of docs/configuration.md's "Removed variables: old -> new" table
 (tests/test_configuration.py checks the page against it), so a leftover `OFFLOAD=0` or `REWARD_FUNC=...` is not
-silently ignored.
+silently ignored. In a row whose old form ends in `=N`, the new one's `N` is the value, so `as_flags` turns a
+command line of them into its flags.
 """
 
 from __future__ import annotations
@@ -24,6 +25,21 @@ REMOVED = (  # (old: what a command line said, new: how to say it), the page's r
     ("VLLM_SLEEP=0", "--no_vllm_enable_sleep"),
     ("DEEPSPEED_SLEEP=0", "--no_deepspeed_enable_sleep"),
     ("SYNC_OFF=1", "--vllm_sync_lora_skip"),
+    ("PROMPT_HISTORY=1", "--prompt_history"),
+    ("DETERMINISTIC=1", "--full_determinism (the launcher adds VLLM_BATCH_INVARIANT=1)"),
+    ("RESUME=0", "--no_load_checkpoint"),
+    ("JUDGE_LIVE_CHECK=0", "--no-judge-check"),
+    ("POOL=N", "--pool N"),
+    ("NS=N", "--n_samples_per_prompt N"),
+    ("TBS=N", "--train_batch_size N --rollout_batch_size N"),
+    ("RBS=N", "--rollout_batch_size N"),
+    ("EP=N", "--num_episodes N"),
+    ("WARMUP=N", "--lr_warmup_ratio N"),
+    ("LR=N", "--actor_learning_rate N"),
+    ("MAX_EPOCHS=N", "--max_epochs N"),
+    ("LORA_RANK=N", "--lora_rank N"),
+    ("RFT_METRICS_GLOBS", "--run NAME (runs/NAME/run.json, written by the launch)"),
+    ("RUN_RECORD_DIR", "none: the run record goes in METRICS_LOG_DIR"),
     ("REWARD_FUNC=path", "REWARD=path"),
     ("RFT_REWARD_SCHEME", "reward.toml: [reward] scheme (binary or signed)"),
     ("RFT_JUDGE_MODE", "reward.toml: [judge] mode"),
@@ -52,6 +68,16 @@ REMOVED = (  # (old: what a command line said, new: how to say it), the page's r
 def removed_name(old: str) -> str:
     """The variable of an old row (`OFFLOAD=0` -> `OFFLOAD`)."""
     return old.partition("=")[0]
+
+
+def as_flags(env: Mapping[str, str]) -> list[str]:
+    """The flags the `=N` rows `env` sets stand for, in the table's order (`NS=8` -> `--n_samples_per_prompt 8`)."""
+    flags: list[str] = []
+    for old, new in REMOVED:
+        name, _, value = old.partition("=")
+        if value == "N" and env.get(name, "").strip():
+            flags += [env[name].strip() if word == "N" else word for word in new.split()]
+    return flags
 
 
 def still_set(env: Mapping[str, str]) -> list[str]:

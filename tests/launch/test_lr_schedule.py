@@ -21,13 +21,11 @@ from rft.fixtures.patched_openrlhf import stub_env
 from rft.io import atomic_write_jsonl
 from rft.launch import lr_schedule
 from rft.launch.lr_schedule import (
-    ENV_FLAGS,
     NEUTRAL_FLAGS,
     Schedule,
     _pct,
     build_parser,
     count_pool,
-    env_flags,
     evaluate,
     key_steps,
     main,
@@ -36,6 +34,7 @@ from rft.launch.lr_schedule import (
     suggest,
 )
 from rft.launch.openrlhf_cli import known_flags, parse_args
+from rft.launch.removed import REMOVED, as_flags
 from rft.provenance import REPO_ROOT as ROOT
 
 HANG_S = 30  # far above any fast test here (about 1 s on 2 busy cores)
@@ -176,15 +175,34 @@ def run_sh(env_extra: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(ROOT / "preflight_lr.sh"), *args], capture_output=True, text=True, env=env)
 
 
-def test_shell_seed_form():
-    res = run_sh({"POOL": "400", "NS": "8", "TBS": "16", "EP": "1", "WARMUP": "0.05", "LR": "5e-7"})
+def schedule_flags(pool: int = 400, episodes: int = 1, warmup: float = 0.05) -> list[str]:
+    """The guide's schedule (8 samples, batches of 16, LR 5e-7) as the preflight's flags."""
+    return ["--pool", str(pool), "--n_samples_per_prompt", "8", "--train_batch_size", "16", "--rollout_batch_size",
+            "16", "--num_episodes", str(episodes), "--lr_warmup_ratio", str(warmup), "--actor_learning_rate", "5e-7"]
+
+
+def test_shell_documented_form():
+    res = run_sh({}, *schedule_flags())
     assert res.returncode == 0, res.stderr
     assert "total scheduler steps     200" in res.stdout
     assert "warm-up steps             10" in res.stdout
     assert "optimizer steps / rollout 8" in res.stdout
     assert "LR preflight: OK" in res.stdout
-    bad = run_sh({"POOL": "40", "NS": "8", "TBS": "16", "EP": "1", "WARMUP": "0.05", "LR": "5e-7"})
+    bad = run_sh({}, *schedule_flags(pool=40))
     assert bad.returncode == 1 and "ABORT: total scheduler steps 20 < warm-up 1 + 20" in bad.stdout
+
+
+def test_shell_short_variables_are_refused_with_the_same_command_as_flags():
+    """The guide's `POOL=400 NS=8 TBS=16 EP=1 WARMUP=0.05 LR=5e-7 bash preflight_lr.sh`: exit 2, one line per
+    variable naming its flag, and the whole command as flags, which passes."""
+    res = run_sh({"POOL": "400", "NS": "8", "TBS": "16", "EP": "1", "WARMUP": "0.05", "LR": "5e-7"}, "--check-step", "20")
+    assert res.returncode == 2 and res.stdout == ""
+    assert "preflight_lr: NS is set but no longer read: NS=N is now --n_samples_per_prompt N" in res.stderr
+    assert sum(ln.startswith("preflight_lr: ") and "no longer read" in ln for ln in res.stderr.splitlines()) == 6
+    command = res.stderr.splitlines()[-1].removeprefix("preflight_lr: as flags: ")
+    assert command.split() == ["bash", "preflight_lr.sh", *schedule_flags(), "--check-step", "20"]
+    again = run_sh({}, *command.split()[2:])
+    assert again.returncode == 0 and "total scheduler steps     200" in again.stdout
 
 
 def test_shell_launch_flags_count_the_pool(tmp_path):
@@ -197,14 +215,14 @@ def test_shell_launch_flags_count_the_pool(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "pool 400 " in res.stdout and "total scheduler steps     200" in res.stdout
     assert "WARNING: LoRA run (rank 32)" in res.stdout
-    # Flags override the env form, and a flag OpenRLHF does not know is refused by name.
-    assert "total scheduler steps     400" in run_sh({"EP": "7"}, *flags, "--num_episodes", "2").stdout
+    # The last of a repeated flag wins, and a flag OpenRLHF does not know is refused by name.
+    assert "total scheduler steps     400" in run_sh({}, *flags, "--num_episodes", "2").stdout
     typo = run_sh({}, *flags, "--num_episode_typo", "2")
     assert typo.returncode == 2 and "--num_episode_typo" in typo.stderr
 
 
-def test_main_in_process_env_form(capsys):
-    assert main([], {"POOL": "400", "NS": "8", "TBS": "16", "EP": "1", "WARMUP": "0.05", "LR": "5e-7"}) == 0
+def test_main_in_process(capsys):
+    assert main(schedule_flags(), {}) == 0
     assert "rollout steps (global_step in the metrics log) 25" in capsys.readouterr().out
 
 
@@ -246,13 +264,13 @@ def test_suggestions_for_a_run_too_short():
 
 def test_suggested_flags_pass_the_preflight_itself(capsys):
     """Re-run the preflight CLI with each value it names for train_grpo_20b.sh's schedule: exit 0 every time."""
-    env = {"POOL": "50000", "NS": "8", "TBS": "16", "EP": "20", "WARMUP": "0.05", "LR": "5e-7"}
-    assert main([], env) == 1
+    flags = schedule_flags(pool=50_000, episodes=20)
+    assert main(flags, {}) == 1
     out = capsys.readouterr().out
     assert "WOULD PASS:" in out and "--lr_warmup_ratio 0.00013 " in out and "--max_samples 128 " in out
-    assert main(["--lr_warmup_ratio", "0.00013"], env) == 0
-    assert main([], {**env, "POOL": "128"}) == 0
-    assert main(["--lr_warmup_ratio", "0.00014"], env) == 1  # 70 warm-up steps: 28.6% at step 20
+    assert main([*flags, "--lr_warmup_ratio", "0.00013"], {}) == 0
+    assert main([*flags, "--pool", "128"], {}) == 0
+    assert main([*flags, "--lr_warmup_ratio", "0.00014"], {}) == 1  # 70 warm-up steps: 28.6% at step 20
 
 
 # --- what the user reads: verdict messages, report, suggestions, CLI ---------------------------------------------
@@ -551,16 +569,17 @@ def test_suggestions_for_a_run_with_no_steps(monkeypatch):
     assert by["pool"].value == 58 and "at least 58; a larger PROMPT_DATA" in by["pool"].text
 
 
-SLOW_ENV = {"POOL": "400", "NS": "8", "TBS": "16", "EP": "1", "WARMUP": "0.4", "LR": "5e-7"}  # 25% at step 20
+SLOW = schedule_flags(warmup=0.4)  # 25% at step 20
 HELP = """usage: preflight_lr.sh [-h] [--pool POOL] [--check-step CHECK_STEP] [--min-fraction MIN_FRACTION]
 
-Model OpenRLHF 0.9.3's actor LR schedule for a launch and abort (exit 1) when it is unusable. Seed form: POOL=400 NS=8 \
-TBS=16 EP=1 WARMUP=0.05 LR=5e-7 bash preflight_lr.sh (also RBS, default TBS; MAX_EPOCHS; LORA_RANK). Any OpenRLHF flag \
-may follow; flags override the env vars. Without POOL the pool is counted from --prompt_data after --max_samples.
+Model OpenRLHF 0.9.3's actor LR schedule for a launch and abort (exit 1) when it is unusable. Example: bash \
+preflight_lr.sh --pool 400 --n_samples_per_prompt 8 --train_batch_size 16 --rollout_batch_size 16 --num_episodes 1 \
+--lr_warmup_ratio 0.05 --actor_learning_rate 5e-7. Any OpenRLHF flag may follow, as on a launch script's command line. \
+Without --pool the pool is counted from --prompt_data after --max_samples.
 
 options:
   -h, --help            show this help message and exit
-  --pool POOL           number of prompts (overrides POOL and --prompt_data)
+  --pool POOL           number of prompts (instead of counting --prompt_data)
   --check-step CHECK_STEP
                         scheduler step whose LR is checked
   --min-fraction MIN_FRACTION
@@ -574,47 +593,41 @@ def test_help_word_for_word(monkeypatch):
     assert build_parser().format_help().split() == HELP.split()
 
 
-def test_help_names_real_env_vars_flags_and_the_documented_seed_form(capsys):
-    """The seed form in --help is the one docs/launching.md and preflight_lr.sh show, and it passes; every env var
-    it names is one the CLI reads, every flag one OpenRLHF knows."""
+def test_help_example_is_the_documented_command_and_passes(capsys):
+    """The example in --help is the command docs/launching.md and preflight_lr.sh show, and it passes; every flag
+    it names is --pool or one OpenRLHF knows."""
     text = " ".join(build_parser().description.split())
-    seed = re.search(r"Seed form: ((?:[A-Z_]+=\S+ )+)bash preflight_lr\.sh", text).group(1).split()
-    assert f"{' '.join(seed)} bash preflight_lr.sh" in (ROOT / "docs" / "launching.md").read_text()
-    assert f"{' '.join(seed)} bash preflight_lr.sh" in (ROOT / "preflight_lr.sh").read_text()
-    assert main([], dict(kv.split("=") for kv in seed)) == 0
-    named = set(re.findall(r"\b[A-Z][A-Z_]+\b", text)) - {"LR", "RL"} | {"LR"}
-    assert named == {*ENV_FLAGS, "POOL"}
-    assert set(re.findall(r"--[a-z_]+", text)) <= known_flags() and "--prompt_data" in text
+    example = re.search(r"Example: bash preflight_lr\.sh ((?:--\w+ \S+ )*--\w+ [^ .]+(?:\.\d+)?)", text).group(1)
+    assert example.split() == schedule_flags()
+    for doc in (ROOT / "docs" / "launching.md", ROOT / "preflight_lr.sh"):
+        assert example.split() == re.search(r"bash preflight_lr\.sh (--pool [^\n]*\n[^\n]*)",
+                                            doc.read_text()).group(1).replace("\\", " ").replace("#", " ").split()
+    assert main(example.split(), {}) == 0
+    assert set(re.findall(r"--[a-z_]+", text)) - {"--pool"} <= known_flags() and "--prompt_data" in text
     capsys.readouterr()
 
 
-def test_main_pool_flag_overrides_pool_env(capsys):
-    """--pool N wins over POOL (both read as integers)."""
-    assert main(["--pool", "400"], {**SLOW_ENV, "POOL": "40", "WARMUP": "0.05"}) == 0
-    assert "pool 400 " in capsys.readouterr().out
-
-
-def test_main_reads_sys_argv_and_os_environ(monkeypatch, capsys):
-    """Called with no arguments (as `python -m rft.launch.lr_schedule`), it reads the command line and the env."""
-    for k, v in {**SLOW_ENV, "WARMUP": "0.05"}.items():
-        monkeypatch.setenv(k, v)
-    for k in ("RBS", "MAX_EPOCHS", "LORA_RANK"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setattr(sys, "argv", ["preflight_lr.sh", "--pool", "400", "--num_episodes", "2"])
+def test_main_reads_sys_argv(monkeypatch, capsys):
+    """Called with no arguments (as `python -m rft.launch.lr_schedule`), it reads the command line."""
+    for old, _ in REMOVED:
+        monkeypatch.delenv(old.partition("=")[0], raising=False)
+    monkeypatch.setattr(sys, "argv", ["preflight_lr.sh", *schedule_flags(episodes=2)])
     assert main() == 0
     out = capsys.readouterr().out
     assert "pool 400 " in out and "total scheduler steps     400" in out
 
 
-def test_main_counts_the_pool_without_pool_env(tmp_path, capsys):
-    """No POOL: the pool is --prompt_data's rows after --max_samples."""
+def test_main_counts_the_pool_without_pool_flag(tmp_path, capsys):
+    """No --pool: the pool is --prompt_data's rows after --max_samples; --pool wins over --prompt_data."""
     data = tmp_path / "pool.jsonl"
     atomic_write_jsonl(data, [{"input": f"q{i}", "label": "1"} for i in range(500)])
-    env = {k: v for k, v in SLOW_ENV.items() if k != "POOL"}
-    assert main(["--prompt_data", str(data), "--max_samples", "400", "--lr_warmup_ratio", "0.05"], env) == 0
+    flags = schedule_flags()[2:]
+    assert main([*flags, "--prompt_data", str(data), "--max_samples", "400"], {}) == 0
     assert "pool 400 " in capsys.readouterr().out
-    assert main(["--prompt_data", str(data), "--lr_warmup_ratio", "0.05"], {**env, "POOL": " "}) == 0
+    assert main([*flags, "--prompt_data", str(data)], {}) == 0
     assert "pool 500 " in capsys.readouterr().out
+    assert main([*flags, "--prompt_data", str(data), "--pool", "400"], {}) == 0
+    assert "pool 400 " in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv,code,shows", [
@@ -627,18 +640,18 @@ def test_main_counts_the_pool_without_pool_env(tmp_path, capsys):
 ])
 def test_main_check_step_and_min_fraction(argv, code, shows, capsys):
     """--check-step and --min-fraction set the rule for the verdict, the exit code and the suggestions."""
-    assert main(argv, SLOW_ENV) == code
+    assert main([*SLOW, *argv], {}) == code
     assert shows in capsys.readouterr().out
 
 
 def test_main_bad_input_exits_2_with_the_reason_on_stderr(capsys):
     """A flag OpenRLHF does not know, or no pool at all: exit 2, nothing on stdout, the reason on stderr."""
-    assert main(["--num_episode_typo", "2"], SLOW_ENV) == 2
+    assert main([*SLOW, "--num_episode_typo", "2"], {}) == 2
     res = capsys.readouterr()
     assert res.out == "" and res.err.startswith("preflight_lr: ") and "--num_episode_typo" in res.err
-    assert main([], {k: v for k, v in SLOW_ENV.items() if k != "POOL"}) == 2
+    assert main(SLOW[2:], {}) == 2
     res = capsys.readouterr()
-    assert (res.out, res.err) == ("", "preflight_lr: no --prompt_data and no POOL: cannot size the schedule\n")
+    assert (res.out, res.err) == ("", "preflight_lr: no --prompt_data and no --pool: cannot size the schedule\n")
 
 
 @pytest.mark.parametrize("environ,flags", [
@@ -646,18 +659,18 @@ def test_main_bad_input_exits_2_with_the_reason_on_stderr(capsys):
     ({"TBS": " "}, []),
     ({"RBS": "8"}, ["--rollout_batch_size", "8"]),
     ({"TBS": "16"}, ["--train_batch_size", "16", "--rollout_batch_size", "16"]),
-    ({"TBS": "16", "RBS": "32"}, ["--train_batch_size", "16", "--rollout_batch_size", "32"]),
+    ({"TBS": "16", "RBS": "32"}, ["--train_batch_size", "16", "--rollout_batch_size", "16", "--rollout_batch_size", "32"]),
     ({"NS": "8", "EP": " 2 ", "LORA_RANK": "4"}, ["--n_samples_per_prompt", "8", "--num_episodes", "2",
                                                   "--lora_rank", "4"]),
 ])
-def test_env_flags(environ, flags):
-    """Each set env var becomes its flag; RBS defaults to TBS only when RBS is not given."""
-    assert env_flags(environ) == flags
+def test_removed_short_variables_as_flags(environ, flags):
+    """Each removed short variable becomes its flag; TBS also sets the rollout batch, which a later RBS overrides."""
+    assert as_flags(environ) == flags
 
 
-def test_env_rbs_wins_over_the_tbs_default():
-    """NS=8 TBS=16 RBS=32: OpenRLHF parses a rollout batch of 32."""
-    args = parse_args(NEUTRAL_FLAGS + env_flags({"NS": "8", "TBS": "16", "RBS": "32"})).args
+def test_rbs_after_tbs_wins():
+    """NS=8 TBS=16 RBS=32 as flags: OpenRLHF parses a rollout batch of 32."""
+    args = parse_args(NEUTRAL_FLAGS + as_flags({"NS": "8", "TBS": "16", "RBS": "32"})).args
     assert (args.train_batch_size, args.rollout_batch_size) == (16, 32)
 
 
@@ -674,9 +687,9 @@ def test_schedule_from_args_takes_every_flag(tmp_path):
                                                 lora_rank=16, scheduler="constant")
     assert schedule_from_args(args, pool=7).pool == 7
     probs = parse_args(NEUTRAL_FLAGS + ["--prompt_data", f"{data},{data}", "--prompt_data_probs", "0.5,0.5"]).args
-    with pytest.raises(ValueError, match=r"^--prompt_data_probs interleaves datasets; give the pool size with POOL=N$"):
+    with pytest.raises(ValueError, match=r"^--prompt_data_probs interleaves datasets; give the pool size with --pool N$"):
         schedule_from_args(probs)
-    with pytest.raises(ValueError, match=r"^no --prompt_data and no POOL: cannot size the schedule$"):
+    with pytest.raises(ValueError, match=r"^no --prompt_data and no --pool: cannot size the schedule$"):
         schedule_from_args(parse_args(NEUTRAL_FLAGS).args)
 
 
@@ -691,13 +704,13 @@ def test_count_pool_reads_what_openrlhf_loads(tmp_path):
     pq = tmp_path / "c.parquet"
     pq.write_bytes(b"PAR1")
     with pytest.raises(ValueError, match=rf"^--prompt_data {re.escape(str(pq))}: not a local JSONL file; give the "
-                                         r"pool size with POOL=N$"):
+                                         r"pool size with --pool N$"):
         count_pool(str(pq))
 
 
 def test_min_fraction_zero_leaves_only_the_length_rule(capsys):
     """--min-fraction 0: no LR floor, so only "20 steps past the warm-up" refuses; a warm-up ratio of 0 passes."""
-    assert main(["--min-fraction", "0"], {**SLOW_ENV, "POOL": "40", "WARMUP": "0.05"}) == 1
+    assert main([*schedule_flags(pool=40), "--min-fraction", "0"], {}) == 1
     out = capsys.readouterr().out
     assert "--lr_warmup_ratio 0 (warm-up 0 of 20 steps, LR after step 20 = 10.0% of target)" in out
     assert "a pool of 44 prompts (at least 44; a larger PROMPT_DATA: 22 steps, warm-up 2" in out
