@@ -3,11 +3,14 @@
 # `-m vllm` (the real engine) in .venv-vllm with RFT_VLLM_SUITE=1 (a missing vLLM there fails, never skips).
 # make venv / make venv-vllm: only an environment.  make lint: ruff + shellcheck.  make bench: the benchmarks.
 # make mutate: mutation testing (mutmut) of the modules where a bug costs a run, each against its own test files,
-# on a temporary copy; MODULES="answer passk" for some only. Kill rates and equivalent mutants: docs/mutation.md.
+# on a temporary copy; ARGS="answer passk" for some only. Kill rates and equivalent mutants: docs/mutation.md.
 # make train: on the 8-GPU node, the active environment if it holds the pinned stack, else .venv-train built by
-# rft/launch/train_env.py (prerequisites checked first; torch at vLLM's pin, flash-attn's import-only stand-in, the rest, verified, renamed into
-# place), then the patches and $(TRAIN_SCRIPT); without GPUs, the CPU demonstration (train_grpo_cpu.sh in
-# .venv-vllm: the whole loop on a tiny random model, ends with `run dir: PATH`). DRY_RUN=1: print, run nothing.
+# rft/launch/train_env.py (prerequisites checked first; torch at vLLM's pin, flash-attn's import-only stand-in, the
+# rest, verified, renamed into place), then the patches and $(TRAIN_SCRIPT). DRY_RUN=1: print, run nothing. Without
+# GPUs it says so and points at make demo.
+# make demo: the CPU demonstration (train_grpo_cpu.sh in .venv-vllm: the whole loop on a tiny random model, ends
+# with `run dir: PATH`); any machine.
+# ARGS: more arguments for the command of make mutate, make gpu-check and make rehearse.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -20,7 +23,10 @@ VLLM_BIN := $(VLLM_VENV)/bin
 TRAIN_VENV ?= .venv-train
 TRAIN_SCRIPT ?= train_grpo_20b_a28a.sh
 
-.PHONY: test test-main test-vllm venv venv-vllm lint bench clean train train-env mutate gpu-check gpu-check-wheels gpu-check-install rehearse
+.PHONY: test test-main test-vllm venv venv-vllm lint bench clean train train-env demo mutate gpu-check gpu-check-wheels gpu-check-install rehearse
+
+# The names ARGS replaced, refused when given on the command line (docs/configuration.md#removed-variables-old---new).
+$(foreach old,MODULES GPU_CHECK_ARGS REHEARSE_ARGS,$(if $(filter command line,$(origin $(old))),$(error $(old) is no longer read: give ARGS="$($(old))" instead)))
 
 test: lint test-main test-vllm
 
@@ -69,13 +75,14 @@ lint: venv
 	$(BIN)/shellcheck $(SH_FILES)
 
 mutate: venv
-	$(BIN)/python scripts/mutate.py $(MODULES)
+	$(BIN)/python scripts/mutate.py $(ARGS)
 
 bench: venv
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 # make gpu-check: the trainer side at real gpt-oss shapes on one GPU in <= 8 min (docs/gpu-check.md); without CUDA
 # the tiny configuration. Report: $(GPU_CHECK_DIR)/out/gpu_check.{json,md} and device_figures.toml (RFT_DEVICE_FIGURES).
+# ARGS: more flags for benchmarks/gpu_check.py (e.g. ARGS=--tiny).
 # Runs in .venv where it exists, else python3 with $(GPU_CHECK_DIR)/site first on the path (make gpu-check-wheels
 # here, gpu-check-install there).
 GPU_CHECK_DIR ?= .gpu-check
@@ -83,7 +90,7 @@ GPU_CHECK_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 GPU_CHECK_SITE := $(if $(wildcard $(GPU_CHECK_DIR)/site),$(abspath $(GPU_CHECK_DIR)/site):)
 
 gpu-check:
-	PYTHONPATH="$(GPU_CHECK_SITE)$(CURDIR)" $(GPU_CHECK_PYTHON) benchmarks/gpu_check.py --out $(GPU_CHECK_DIR)/out $(GPU_CHECK_ARGS)
+	PYTHONPATH="$(GPU_CHECK_SITE)$(CURDIR)" $(GPU_CHECK_PYTHON) benchmarks/gpu_check.py --out $(GPU_CHECK_DIR)/out $(ARGS)
 
 gpu-check-wheels:
 	$(GPU_CHECK_PYTHON) benchmarks/gpu_check_wheels.py download $(GPU_CHECK_DIR)/wheels
@@ -97,7 +104,7 @@ clean:
 # make train DRY_RUN=1: what make train would do here (GPUs found, the environment found or the install order),
 # running nothing but a read-only probe of each candidate interpreter.
 # make train-env: the GPU node's environment found or built (prerequisites first), the patches applied; prints its
-# interpreter (PY=$$(make -s train-env), then $$PY prepare_sft_data.py, $$PY -m rft.launch.download MODEL): stdout
+# interpreter (PY=$$(make -s train-env), then $$PY prepare_sft_data.py, $$PY -m rft.provision.download MODEL): stdout
 # carries only that path, every child (pip, the checks, apply_patches.sh) writes to stderr.
 train-env:
 	@py="$$($(PYTHON) -m rft.launch.train_env ensure --venv $(TRAIN_VENV) --base-python $(PYTHON))" && \
@@ -114,16 +121,17 @@ train:
 		fi; \
 		py="$$($(MAKE) --no-print-directory -s train-env)"; \
 		PYTHON="$$py" bash $(TRAIN_SCRIPT); \
-	elif [ "$(DRY_RUN)" = 1 ]; then \
-		echo "make train: no GPU here (nvidia-smi -L lists none): would build $(VLLM_VENV) if needed and run train_grpo_cpu.sh (the CPU demonstration)"; \
 	else \
-		echo "make train: no GPU here (nvidia-smi found none): running the CPU demonstration (train_grpo_cpu.sh), the real patched OpenRLHF loop on a tiny random model, not training." >&2; \
-		$(MAKE) --no-print-directory $(VLLM_VENV)/.patched && \
-		RUN_NAME=cpu-grpo-$$(date +%Y%m%d-%H%M%S) PYTHON=$(abspath $(VLLM_BIN))/python bash train_grpo_cpu.sh; \
+		echo "make train: no GPU here (nvidia-smi -L lists none): training needs the 8-GPU node; make demo runs the whole loop on CPU" >&2; \
+		exit 1; \
 	fi
+
+# The real patched OpenRLHF loop on a tiny random model (docs/cpu-loop.md), not training; refused on a GPU node.
+demo: $(VLLM_VENV)/.patched
+	RUN_NAME=cpu-grpo-$$(date +%Y%m%d-%H%M%S) PYTHON=$(abspath $(VLLM_BIN))/python bash train_grpo_cpu.sh
 
 # make rehearse: the first hour on a machine with network and no GPU: a fresh clone, the real pinned environment
 # built as make train-env builds it (~5.5 GB downloaded), the patches, every module a run loads, both dry runs; a
 # table of step, time, size, result (scripts/rehearse.py). Not in CI.
 rehearse:
-	$(PYTHON) scripts/rehearse.py $(REHEARSE_ARGS)
+	$(PYTHON) scripts/rehearse.py $(ARGS)

@@ -87,5 +87,5 @@ ARGS=(
 
 # Decided by the launcher (rft/launch/choices.py; --dry-run prints each): the reward (REWARD=em|judge|PATH), the
 # LoRA sync to vLLM (LORA_SYNC=merge|native: our patched adapter-only sync; 0.9.3's own sends PEFT names vLLM
-# ignores), DYNAMIC_FILTER=1 / PROMPT_HISTORY=1, resume from $CKPT_PATH (RESUME=0: fresh), SMOKE=1.
+# ignores), DYNAMIC_FILTER=1, resume from $CKPT_PATH (--no_load_checkpoint: fresh), SMOKE=1.
 exec "$PYTHON" -m rft.launch --profile "${RFT_PROFILE:-20b}" -- "${ARGS[@]}" "$@"

@@ -75,7 +75,7 @@ ARGS=(
 # The CPU profile's hook (rft/launch/cpu_profile.py; --dry-run prints its plan): it refuses a GPU node, takes the
 # launch lock, builds $INPUTS once, starts a private Ray on 127.0.0.1 (NODES=2: two nodes, the actor ranks on one,
 # the vLLM engine on the other), passes TERM/INT/HUP on to the driver, records each role's node and stops Ray.
-# Decided there too: the reward (REWARD=em|judge|PATH), LORA_SYNC=merge|native, DYNAMIC_FILTER=1 /
-# PROMPT_HISTORY=1, resume from $CKPT_PATH (RESUME=0: fresh), SMOKE=1. The ablation run (the adapter never reaches
+# Decided there too: the reward (REWARD=em|judge|PATH), LORA_SYNC=merge|native, DYNAMIC_FILTER=1, resume from
+# $CKPT_PATH (--no_load_checkpoint: fresh), SMOKE=1. The ablation run (the adapter never reaches
 # vLLM): bash train_grpo_cpu.sh --vllm_sync_lora_skip
 exec "$PYTHON" -m rft.launch --profile cpu --run-dir "$RUN_DIR" -- "${ARGS[@]}" "$@"

@@ -129,6 +129,6 @@ if [[ "$EVAL_STEPS" != -1 ]]; then
 fi
 
 # Decided by the launcher (rft/launch/choices.py; --dry-run prints each): the reward (REWARD=em|judge|PATH), the
-# LoRA sync of the trl preset (LORA_SYNC=merge|native), DYNAMIC_FILTER=1 / PROMPT_HISTORY=1, resume (RESUME=0:
-# fresh), SMOKE=1.
+# LoRA sync of the trl preset (LORA_SYNC=merge|native), DYNAMIC_FILTER=1, resume (--no_load_checkpoint: fresh),
+# SMOKE=1.
 exec "$PYTHON" -m rft.launch --profile small -- "${ARGS[@]}" "${PASS[@]}"

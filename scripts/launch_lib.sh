@@ -52,9 +52,3 @@ rft_local_storage() {
     export SPIKE_LOG_PATH="${SPIKE_LOG_PATH:-$METRICS_LOG_DIR/spike_log.jsonl}"
 }
 
-# rft_metrics_globs: where the launch scripts put a run's metrics directory, one glob per line: the node layout
-# (rft_storage) and the local one (rft_local_storage), from the same functions with '*' for the run name.
-rft_metrics_globs() {
-    (unset METRICS_LOG_DIR SAMPLES_LOG_DIR SPIKE_LOG_PATH; rft_storage '*'; echo "$METRICS_LOG_DIR")
-    (unset METRICS_LOG_DIR SAMPLES_LOG_DIR SPIKE_LOG_PATH; rft_local_storage '*'; echo "$METRICS_LOG_DIR")
-}

@@ -115,7 +115,7 @@ def rehearse(repo: Path, scratch: Path, table: Table) -> None:
         rc, tail, s = run([py, "-c", f"import {mod}"], clone, env={**env, "CUDA_VISIBLE_DEVICES": ""}, log=log)
         table.add(f"import {mod}", s, "", "ok" if rc == 0 else f"FAIL: {tail.splitlines()[-1] if tail else rc}")
     for script in RECIPES:
-        rc, tail, s = run(["bash", script, "--dry-run"], clone, env={**env, "PYTHON": py, "POOL": "400"}, log=log)
+        rc, tail, s = run(["bash", script, "--dry-run", "--pool", "400"], clone, env={**env, "PYTHON": py}, log=log)
         text = (scratch / "rehearse.log").read_text(errors="replace").rsplit(f"$ bash {script}", 1)[-1]
         accepted = "flags: accepted by OpenRLHF's own parser" in text
         errors = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("ERROR")]

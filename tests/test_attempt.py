@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from rft.attempt import BEGIN, END, RecordError, main, replace_block, row_marker, upsert_row
+from rft.launch.run_pointer import write_pointer
 from rft.provenance import REPO_ROOT as ROOT
 from tests.monitor.metric_logs import write_scenario
 
@@ -121,6 +122,26 @@ def test_the_command_writes_note_and_log_from_the_run_and_the_watch(tmp_path):
     assert note.read_text().count(BEGIN) == 1
     assert "A won" in (repo / "rl_grpo_research.md").read_text()
     assert (repo / "rl_grpo_research.md").read_text().count(row_marker("29")) == 1
+
+
+
+def test_the_run_is_found_from_the_launchs_pointer(tmp_path, monkeypatch, capsys):
+    """Without --metrics: --run NAME's folders, else the latest run's, from runs/NAME/run.json; none is named."""
+    monkeypatch.delenv("METRICS_LOG_DIR", raising=False)
+    monkeypatch.delenv("CKPT_PATH", raising=False)
+    repo = tmp_path / "repo"
+    (repo / "notes").mkdir(parents=True)
+    (repo / "notes" / "attempt-31-x.md").write_text("mine\n")
+    shutil.copy(ROOT / "rl_grpo_research.md", repo / "rl_grpo_research.md")
+    with pytest.raises(SystemExit):
+        main(["31", "--repo", str(repo)])
+    assert "no run launched from this checkout yet" in capsys.readouterr().err
+    metrics = write_scenario("healthy", tmp_path / "m")
+    write_pointer(repo, "a31", {"METRICS_LOG_DIR": str(metrics)}, ["--ckpt_path", str(tmp_path / "ckpt")])
+    assert main(["31", "--repo", str(repo)]) == 2  # the run's checkpoints: no checkpoint_eval.json there yet
+    assert f"{tmp_path / 'ckpt'}" in capsys.readouterr().err
+    assert main(["31", "--run", "a31", "--repo", str(repo), "--checkpoints", ""]) == 0
+    assert row_marker("31") in (repo / "rl_grpo_research.md").read_text()
 
 
 def test_missing_note_or_watch_state_exits_2_and_writes_nothing(tmp_path, capsys):

@@ -1,7 +1,9 @@
 """rft's own launch choices, one environment variable each, turned into the OpenRLHF flags they stand for.
 
-REWARD (em | judge | a reward file), LORA_SYNC (merge | native), DYNAMIC_FILTER / PROMPT_HISTORY, DETERMINISTIC,
-RESUME and SMOKE. Everything an OpenRLHF flag can say is said with the flag itself (`--no_<flag>` turns a store_true off).
+REWARD (em | judge | a reward file), LORA_SYNC (merge | native), DYNAMIC_FILTER and SMOKE: each sets several flags
+at once. Everything one OpenRLHF flag can say is said with the flag itself (`--no_<flag>` turns a store_true off):
+`--prompt_history`, `--full_determinism` (which also turns on vLLM's batch-invariant kernels here),
+`--no_load_checkpoint` (start fresh).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def reward_file(env: dict[str, str]) -> tuple[str, Path]:
 
 
 def filter_flags(env: dict[str, str], kind: str, scheme: str) -> list[str]:
-    """DYNAMIC_FILTER=1 / PROMPT_HISTORY=1 (docs/launching.md#prompts-that-teach-nothing) for the reward in use.
+    """DYNAMIC_FILTER=1 (docs/launching.md#prompts-that-teach-nothing) for the reward in use.
 
     A binary exact match and a reward file of the user's own filter on the score mean, range (0, 1); the judge
     (a right answer pays 0.8-1.0) and the signed scheme (a wrong one pays -1 or -0.5) on the mean of the
@@ -79,19 +81,16 @@ def filter_flags(env: dict[str, str], kind: str, scheme: str) -> list[str]:
         by_score = kind == "file" or (kind == "em" and scheme == "binary")
         key = [] if by_score else ["--dynamic_filtering_key", "correctness"]
         flags += ["--dynamic_filtering", *key, "--dynamic_filtering_reward_range", "0", "1"]
-    if switch(env, "PROMPT_HISTORY"):
-        flags.append("--prompt_history")
     return flags
 
 
-def determinism(env: dict[str, str]) -> tuple[list[str], dict[str, str], str]:
-    """DETERMINISTIC=1 (docs/reproducibility.md): OpenRLHF's --full_determinism (deterministic torch algorithms,
-    deterministic flash-attention backward, in-process vLLM engine core) and vLLM's batch-invariant kernels
-    (VLLM_BATCH_INVARIANT=1); (flags, environment, the --dry-run line)."""
-    if not switch(env, "DETERMINISTIC"):
-        return [], {}, "determinism: seeded only (DETERMINISTIC=1: --full_determinism + VLLM_BATCH_INVARIANT=1)"
-    return (["--full_determinism"], {"VLLM_BATCH_INVARIANT": "1"},
-            "determinism: DETERMINISTIC=1 (--full_determinism, VLLM_BATCH_INVARIANT=1)")
+def determinism(argv: list[str]) -> tuple[dict[str, str], str]:
+    """--full_determinism (docs/reproducibility.md): OpenRLHF's deterministic torch algorithms, deterministic
+    flash-attention backward and in-process vLLM engine core, plus vLLM's batch-invariant kernels
+    (VLLM_BATCH_INVARIANT=1); (environment, the --dry-run line)."""
+    if "--full_determinism" not in argv:
+        return {}, "determinism: seeded only (--full_determinism: + VLLM_BATCH_INVARIANT=1)"
+    return {"VLLM_BATCH_INVARIANT": "1"}, "determinism: --full_determinism, VLLM_BATCH_INVARIANT=1"
 
 
 def lora_sync_flags(env: dict[str, str], argv: list[str]) -> list[str]:
@@ -110,20 +109,19 @@ def lora_sync_flags(env: dict[str, str], argv: list[str]) -> list[str]:
     return SYNC_FLAGS[value or "merge"]
 
 
-def resume_flags(env: dict[str, str], argv: list[str], smoke: bool) -> tuple[list[str], str]:
+def resume_flags(argv: list[str], smoke: bool, fresh: bool = False) -> tuple[list[str], str]:
     """--load_checkpoint when --ckpt_path holds a complete DeepSpeed save (`_actor/latest`), with its line.
 
     OpenRLHF 0.9.3 then restores the weights, optimizer, scheduler, global step and data position; it loads
     whenever `_actor` exists and raises without `latest` (a run killed in its first save), hence the test.
-    RESUME=0 starts fresh; a smoke run always does.
+    `fresh` (--no_load_checkpoint on the command line) starts fresh; a smoke run always does.
     """
-    wanted = switch(env, "RESUME", "1")
     ckpt = flag_value(argv, "--ckpt_path")
     latest = Path(ckpt) / "_actor" / "latest" if ckpt else None
     if smoke:
         return [], "resume: no (a smoke run starts fresh; it saves at SMOKE_RESUME_STEP and relaunches once to resume)"
-    if not wanted:
-        return [], "resume: no (RESUME=0)"
+    if fresh:
+        return [], "resume: no (--no_load_checkpoint)"
     if latest is None or not latest.is_file():
         return [], f"resume: no (no complete checkpoint in {latest.parent if latest else 'no --ckpt_path'})"
     return ["--load_checkpoint"], f"resume: resuming from {latest.parent} ({latest.read_text().strip()})"
@@ -149,8 +147,9 @@ def smoke_layout(env: dict[str, str], argv: list[str]) -> tuple[list[str], dict[
     return flags, {"RUN_NAME": run + SMOKE_SUFFIX, **moved}
 
 
-def decide(entry: str, argv: list[str], env: dict[str, str]) -> Decisions:
-    """Every rft choice for one launch: `argv` is the script's flags (store_true negations applied)."""
+def decide(entry: str, argv: list[str], env: dict[str, str], fresh: bool = False) -> Decisions:
+    """Every rft choice for one launch: `argv` is the script's flags (store_true negations applied); `fresh`: the
+    command line said --no_load_checkpoint."""
     d = Decisions()
     smoke = switch(env, "SMOKE")
     if smoke:
@@ -167,12 +166,12 @@ def decide(entry: str, argv: list[str], env: dict[str, str]) -> Decisions:
                    else "LoRA sync: none (full-parameter training: OpenRLHF's own weight sync)")
     filt = filter_flags(env, kind, scheme)
     d.flags += filt
-    d.lines.append(f"prompt filter: {' '.join(filt) if filt else 'off (DYNAMIC_FILTER=0, PROMPT_HISTORY=0)'}")
-    flags, det_env, line = determinism(env)
-    d.flags += flags
+    history = ["--prompt_history"] if "--prompt_history" in argv else []
+    d.lines.append(f"prompt filter: {' '.join(filt + history) if filt or history else 'off (DYNAMIC_FILTER=0)'}")
+    det_env, line = determinism(argv)
     d.env.update(det_env)
     d.lines.append(line)
-    resume, line = resume_flags(env, argv, smoke)
+    resume, line = resume_flags(argv, smoke, fresh)
     d.flags += resume
     d.lines.append(line)
     if smoke:

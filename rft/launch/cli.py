@@ -3,8 +3,8 @@
 A removed variable still set refuses the launch first (`rft.launch.removed`). It resolves the command
 (`--no_<flag>` pairs, rft's choices from `rft.launch.choices`) and runs every rule
 (`rft.launch.rules`); with --dry-run it prints every decision, the command and the checks and exits; otherwise
-it refuses a dirty git tree, tags `attempt-NN-start`, writes a run record (`rft.launch.record`) and execs
-OpenRLHF. A smoke run and the CPU profile are supervised instead (`rft.launch.supervise`).
+it refuses a dirty git tree, tags `attempt-NN-start`, writes a run record (`rft.launch.record`) and the run's
+pointer `runs/RUN_NAME/run.json` (`rft.launch.run_pointer`) and execs OpenRLHF. A smoke run and the CPU profile are supervised instead (`rft.launch.supervise`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from rft.launch.openrlhf_cli import FlagError, apply_negations, format_command, 
 from rft.launch.record import build_record, chat_date, git_state, tag_attempt, write_run_record
 from rft.launch.removed import still_set
 from rft.launch.rules import PROFILES, Profile, run_checks, sft_gpus, smoke_mode
+from rft.launch.run_pointer import write_pointer
 from rft.launch.smoke import relaunch_flags, smoke_flags, smoke_timeout
 from rft.launch.smoke import resume_step as smoke_resume_step
 from rft.launch.step_time import FIGURES_ENV, step_block
@@ -39,6 +40,22 @@ def run_dirs(flags: list[str]) -> list[Path]:
     """The directories one run owns: $METRICS_LOG_DIR and --ckpt_path (the launch lock goes in each)."""
     dirs = [os.environ.get("METRICS_LOG_DIR"), flag_value(flags, "--ckpt_path")]
     return [Path(d) for d in dirs if d]
+
+
+def take_pool(rest: list[str]) -> tuple[list[str], int | None]:
+    """`--pool N` (the LR preflight's pool size when --prompt_data is not on this machine) taken out of the
+    OpenRLHF flags; the last one given wins. FlagError names a value that is not a whole number."""
+    out, pool, i = [], None, 0
+    while i < len(rest):
+        if rest[i] == "--pool":
+            value = rest[i + 1] if i + 1 < len(rest) else ""
+            if not value.isdigit():
+                raise FlagError(f"--pool {value}: expected the number of prompts")
+            pool, i = int(value), i + 2
+        else:
+            out.append(rest[i])
+            i += 1
+    return out, pool
 
 
 def command_prefix(profile: Profile) -> list[str]:
@@ -70,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-judge-check",
         action="store_true",
-        help="REWARD=judge: skip the one live judge call made before any GPU work (also JUDGE_LIVE_CHECK=0)",
+        help="REWARD=judge: skip the one live judge call made before any GPU work",
     )
     p.add_argument("--repo", default=str(REPO_ROOT), help="git repository to tag (default: this checkout)")
     p.add_argument("--run-dir", help="CPU profile: the run's directory (dashboard; default: METRICS_LOG_DIR/..)")
@@ -83,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
 def resolve_command(profile: Profile, rest: list[str], env: dict[str, str]) -> tuple[list[str], Decisions]:
     """The final OpenRLHF flags: rft's choices in front, `--no_<flag>` pairs resolved, the smoke rewrite."""
     entry = profile.entry
-    d = decide(entry, apply_negations(resolve_overrides(rest, entry), entry), env)
+    fresh = "--no_load_checkpoint" in rest  # the negation is resolved away below; the dry run names it
+    d = decide(entry, apply_negations(resolve_overrides(rest, entry), entry), env, fresh)
     if profile.cpu:
         d.tail += cpu_profile.NODE_FLAGS[cpu_profile.nodes(env)]
         d.lines += cpu_profile.plan_lines(rest, env)
@@ -99,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     rest = ns.openrlhf_args[1:] if ns.openrlhf_args[:1] == ["--"] else ns.openrlhf_args
     dry_run = ns.dry_run or "--dry-run" in rest
     judge_live = not (ns.no_judge_check or "--no-judge-check" in rest)
+    try:
+        rest, ns.pool = take_pool(rest)
+    except FlagError as e:
+        print(f"launch refused: {e}", file=sys.stderr)
+        return 2
     rest = [t for t in rest if t not in ("--dry-run", "--no-judge-check")]
     profile = PROFILES[ns.profile]
     if leftovers := still_set(os.environ):  # before anything else, a dry run too
@@ -151,7 +174,8 @@ def _supervise(ns: argparse.Namespace, profile: Profile, rest: list[str], judge_
         print(f"launch refused: {e}", file=sys.stderr)
         return 1
     child = [sys.executable, "-m", "rft.launch", "--profile", profile.name, "--supervised", "--repo", ns.repo,
-             *([] if judge_live else ["--no-judge-check"]), "--", *rest]
+             *([] if judge_live else ["--no-judge-check"]), "--", *rest,
+             *([] if ns.pool is None else ["--pool", str(ns.pool)])]
     env = dict(os.environ)
     smoke = smoke_mode()
     k = smoke_resume_step() if smoke else 0
@@ -180,7 +204,7 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
     record and exec OpenRLHF."""
     prefix = command_prefix(profile)
     command = format_command(prefix, rest)
-    rep, facts = run_checks(profile, rest, env, judge_live=judge_live)
+    rep, facts = run_checks(profile, rest, env, pool_if_absent=ns.pool, judge_live=judge_live)
     plan, fits = ("", None) if profile.cpu else memory_plan(rest, nodes=int(os.environ.get("NODES") or 1))
     if fits is False:
         rep.warnings.append("memory plan: the actor does not fit its GPUs by the estimate below "
@@ -250,10 +274,12 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
         return 1
     assert state is not None or profile.cpu or smoke_mode()
     created = False if profile.cpu or smoke_mode() else tag_attempt(repo, state)
-    record_dir = Path(os.environ.get("RUN_RECORD_DIR") or os.environ.get("METRICS_LOG_DIR") or REPO_ROOT / "runs")
+    record_dir = Path(os.environ.get("METRICS_LOG_DIR") or REPO_ROOT / "runs")
     record = build_record(profile.name, prefix + rest, command, state, created, facts,
                           dict(e.split("=", 1) for e in env_lines), date)
     path = write_run_record(record_dir, record)
+    if os.environ.get("RUN_NAME"):  # monitor.sh, spare.py and rft.attempt find the run's folders from this
+        write_pointer(repo, os.environ["RUN_NAME"], os.environ, rest)
     print(
         f"run record {path}" if profile.cpu or smoke_mode()
         else f"tag {state.tag} {'created' if created else 'already at HEAD (relaunch)'}; run record {path}",

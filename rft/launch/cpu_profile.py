@@ -122,8 +122,7 @@ def prepare_dirs(run_dir: Path, env: dict[str, str]) -> None:
 def finish(status: int, run_dir: Path, address: str, env: dict[str, str]) -> None:
     """After the driver: each role's Ray node into the run record, the dashboard and table, where the run is."""
     metrics = Path(env["METRICS_LOG_DIR"])
-    record_dir = env.get("RUN_RECORD_DIR") or str(metrics)
-    subprocess.run(python_module("rft.launch.placement", "--address", address, "--record-dir", record_dir), env=env)
+    subprocess.run(python_module("rft.launch.placement", "--address", address, "--record-dir", str(metrics)), env=env)
     if (metrics / "training_metrics.jsonl").is_file() and (metrics / "training_metrics.jsonl").stat().st_size:
         subprocess.run(python_module("rft.monitor", str(metrics), "--plot", str(run_dir / "dashboard.png")), env=env)
         subprocess.run(python_module("rft.monitor", str(metrics), "--table"), env=env)

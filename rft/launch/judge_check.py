@@ -2,8 +2,7 @@
 
 Used by `rft.launch.rules.run_checks` when `--remote_rm_url` is `reward_func_judge.py`. Missing credentials
 or a failed live call block a launch (NEEDS); invalid settings in reward.toml are errors naming the file and the key.
-The live call (one tiny judgement, never cached) runs before any GPU work unless `--no-judge-check` or
-JUDGE_LIVE_CHECK=0.
+The live call (one tiny judgement, never cached) runs before any GPU work unless `--no-judge-check`.
 """
 
 from __future__ import annotations
@@ -99,8 +98,8 @@ def judge_rule(
         rep.blocking.append(f"judge: {why}")
         return
     rep.notes.append(f"judge: credentials: {why}" + (f", endpoint {cfg.base_url}" if cfg.base_url else ""))
-    if not live or env.get("JUDGE_LIVE_CHECK", "1") == "0":
-        rep.warnings.append("judge: live call skipped (--no-judge-check / JUDGE_LIVE_CHECK=0)")
+    if not live:
+        rep.warnings.append("judge: live call skipped (--no-judge-check)")
         return
     ok, what = live_call(cfg, env)
     (rep.notes if ok else rep.blocking).append(what)

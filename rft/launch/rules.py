@@ -579,11 +579,13 @@ def sft_gpus(profile: Profile, env: Mapping[str, str] | None = None) -> int:
 
 
 def run_checks(
-    profile: Profile, argv: list[str], env: Mapping[str, str], *, lr_pool: int | None = None, judge_live: bool = True
+    profile: Profile, argv: list[str], env: Mapping[str, str], *, lr_pool: int | None = None,
+    pool_if_absent: int | None = None, judge_live: bool = True
 ) -> tuple[Report, dict]:
     """Every check that does not change anything (but one live judge call with REWARD=judge); returns the
     report and facts for the run record. `env`: the launcher's environment, read once by its entry point
-    (RFT_OPENRLHF_DIR, POOL, RAY_ADDRESS, RFT_SMOKE, NUM_GPUS, the judge's credentials and settings file)."""
+    (RFT_OPENRLHF_DIR, RAY_ADDRESS, RFT_SMOKE, NUM_GPUS, the judge's credentials and settings file);
+    `pool_if_absent`: the launch's --pool N, the LR preflight's pool when --prompt_data is not on this machine."""
     rep = Report()
     facts: dict = {}
     override = env.get(OPENRLHF_DIR_ENV)
@@ -622,15 +624,14 @@ def run_checks(
     facts["data_sha256"] = check_data(a, profile.entry, rep)
     sched = None
     if profile.entry == "ppo":
-        env_pool = env.get("POOL", "").strip()
         try:
             try:
                 sched = schedule_from_args(a, lr_pool)
             except FileNotFoundError:
-                if not env_pool.isdigit():
+                if pool_if_absent is None:
                     raise
-                sched = schedule_from_args(a, int(env_pool))  # data not here: size it from POOL=N
-                rep.warnings.append(f"LR preflight: pool taken from POOL={env_pool} (--prompt_data not found)")
+                sched = schedule_from_args(a, pool_if_absent)  # data not here: size it from --pool N
+                rep.warnings.append(f"LR preflight: pool taken from --pool {pool_if_absent} (--prompt_data not found)")
         except (ValueError, FileNotFoundError) as e:
             rep.blocking.append(f"LR preflight: cannot size the pool ({e})")
         else:

@@ -21,8 +21,8 @@ from rich.text import Text
 
 from rft.io import add_env_flag
 from rft.launch.record import newest_record
+from rft.launch.run_pointer import resolve
 from rft.monitor.diagnosis import Thresholds, Verdict, diagnose, exit_code
-from rft.monitor.latest import from_environment
 from rft.monitor.logs import (
     JsonlTail,
     MetricsLog,
@@ -36,6 +36,7 @@ from rft.monitor.step_phases import comparison, markdown_time_table, predicted_f
 from rft.monitor.stop import StopError, StopPlan, end_run, latest_checkpoint, stop_verdict
 from rft.monitor.table import markdown_summary, markdown_table, rich_step_table, rich_verdict_table
 from rft.options import from_args
+from rft.provenance import REPO_ROOT
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
         "flag, prints the latest steps and the verdicts once.",
     )
     add_env_flag(p, "metrics", "METRICS_LOG_DIR", "metrics directory (holding training_metrics.jsonl) or the JSONL "
-                 "file itself", nargs="?")
+                 "file itself", otherwise=", else the run --run names, else the latest run of this checkout",
+                 nargs="?")
+    p.add_argument("--run", metavar="RUN_NAME", help="the run of this checkout named so (runs/RUN_NAME/run.json, "
+                   "written by the launch): its metrics, checkpoints and outputs")
     act = p.add_mutually_exclusive_group()
     for flag, text in ACTION_FLAGS:
         act.add_argument(flag, action="store_true", help=text)
@@ -213,8 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the step-time model's figures this run measured (its mean time_*_s after the first step) to "
         "this device-figures file, for RFT_DEVICE_FIGURES of the next dry run, and exit",
     )
-    add_env_flag(p, "--record-dir", "RUN_RECORD_DIR", "where the run's run_record_*.json is",
-                 otherwise=", else the metrics directory")
+    p.add_argument("--record-dir", help="where the run's run_record_*.json is (default: the metrics directory)")
     for flag, default, text in NUMERIC_FLAGS:
         p.add_argument(flag, type=type(default), default=default, help=f"{text} (default: %(default)s)")
     return p
@@ -349,14 +352,16 @@ def follow(args: argparse.Namespace, console: Console) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     args = build_parser().parse_args(argv)
-    if not args.metrics:
-        latest, globs = from_environment()
-        if latest is None:
-            where = f" and no run of this checkout in {', '.join(globs)}" if globs else ""
-            build_parser().error(f"no metrics directory: pass one or set METRICS_LOG_DIR{where}")
-        args.metrics = str(latest.metrics_dir)
-        args.ckpt_path = args.ckpt_path or latest.ckpt_path()
-        print(f"monitor: the latest run of this checkout: {args.metrics}", file=sys.stderr)
+    if args.run or not args.metrics:
+        try:
+            run = resolve(REPO_ROOT, args.run)
+        except (FileNotFoundError, ValueError) as e:
+            build_parser().error(f"no metrics directory: pass one, --run RUN_NAME or set METRICS_LOG_DIR ({e})")
+        args.metrics = str(run.metrics_dir)
+        args.ckpt_path = args.ckpt_path or (str(run.ckpt_path) if run.ckpt_path else None)
+        args.disk = args.disk or [str(p) for p in (run.save_path, run.ckpt_path, run.metrics_dir) if p]
+        print(f"monitor: run {run.name}{'' if args.run else ' (the latest of this checkout)'}: {args.metrics}",
+              file=sys.stderr)
     console = Console()
     if args.end_on_stop and not (args.follow and args.ckpt_path):
         build_parser().error(

@@ -544,7 +544,7 @@ PLAYBOOK = {
     "uniform groups": "Most prompt groups get one reward for every sample (zero advantage): their rollouts teach "
     "nothing. Mostly all wrong: sparse reward; start easier (a pass-rate band pool ordered easy -> hard, "
     "prepare_sft_data.py --pass-rates), raise n_samples_per_prompt. Mostly all right: the pool is mastered; drop "
-    "solved prompts (--pass-rates band, PROMPT_HISTORY=1). Either way DYNAMIC_FILTER=1 refills the batch with "
+    "solved prompts (--pass-rates band, --prompt_history). Either way DYNAMIC_FILTER=1 refills the batch with "
     "prompts that teach.",
 }
 

@@ -103,7 +103,7 @@ def end_run(record_path: Path, plan: StopPlan, ckpt_step: int, timeout: float = 
         "reason": plan.reason,
         "step": plan.seen_at,
         "checkpoint": f"global_step{ckpt_step}",
-        "resume": "relaunch the same command: it resumes from this checkpoint (RESUME=1)",
+        "resume": "relaunch the same command: it resumes from this checkpoint",
         "driver_pid": pid,
         "signal": sig.name,
         "at_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

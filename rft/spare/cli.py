@@ -16,7 +16,9 @@ import shlex
 import socket
 import sys
 import time
+from pathlib import Path
 
+from rft.launch.run_pointer import resolve
 from rft.provenance import REPO_ROOT, GitError
 from rft.spare.jobs import DEFAULT_SOCKET, JobError, JobInfo, JobRunner, format_age, gpu_summary
 from rft.spare.node import (
@@ -48,13 +50,41 @@ EPILOG = """examples:
   spare.py run eval-a30 -- python eval_posthoc.py --model a30=/mnt/scratch/merged_models/a30
   spare.py ls;  spare.py tail eval-a30 -f;  spare.py attach eval-a30;  spare.py kill eval-a30
   spare.py --host local run smoke -- bash -c 'echo "$HOSTNAME"; exit 3'
-  spare.py watch "$CKPT_PATH" -- --model base=openai/gpt-oss-20b --dataset ood --chat-date 2025-08-05
+  spare.py watch -- --model base=openai/gpt-oss-20b --dataset ood --chat-date 2025-08-05   (the latest run)
+  spare.py watch --run gpt-oss-20b-grpo-a28a -- --model base=openai/gpt-oss-20b --dataset ood
+  spare.py sync --run gpt-oss-20b-grpo-a28a --adapter global_step130_hf
 """
 
 
 def add_adapter_flag(parser: argparse.ArgumentParser, help_text: str) -> None:
-    """The repeatable --adapter SRC[=DEST] flag of sync and verify."""
+    """The repeatable --adapter SRC[=DEST] flag of sync and verify, and --run for a relative SRC."""
     parser.add_argument("--adapter", action="append", default=[], metavar="SRC[=DEST]", help=help_text)
+    parser.add_argument("--run", metavar="RUN_NAME", help="a relative --adapter SRC is in this run's checkpoint "
+                        "directory (runs/RUN_NAME/run.json, written by the launch)")
+
+
+def run_checkpoints(name: str | None) -> Path:
+    """The checkpoint directory of run `name` of this checkout (the latest run without one); SpareError names
+    what is missing."""
+    try:
+        run = resolve(REPO_ROOT, name)
+    except (FileNotFoundError, ValueError) as e:
+        raise SpareError(str(e)) from None
+    if run.ckpt_path is None:
+        raise SpareError(f"run {run.name}: its launch gave no --ckpt_path ({run.pointer})")
+    return run.ckpt_path
+
+
+def in_run(specs: list[str], name: str | None) -> list[str]:
+    """--adapter specs with a relative SRC taken in run `name`'s checkpoint directory (unchanged without --run)."""
+    if not name:
+        return specs
+    ckpt = run_checkpoints(name)
+    out = []
+    for spec in specs:
+        src, sep, dest = spec.partition("=")
+        out.append(spec if Path(src).is_absolute() else f"{ckpt / src}{sep}{dest}")
+    return out
 
 
 # (command, help, --adapter help, its one switch, that switch's help) of the commands that take adapters
@@ -145,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="evaluate each checkpoint of a run as it appears: spare.py watch RUN_DIR [--once] -- "
         "<eval_posthoc.py options>",
         usage="spare.py watch [-h] [--once] [--poll S] [--settle S] [--select DATASET:MODE] [--retry-failed] "
-        "RUN_DIR -- <eval_posthoc.py options>",
+        "[RUN_DIR | --run RUN_NAME] -- <eval_posthoc.py options>",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""Runs on the training node. Finds the run's HF checkpoints (RUN_DIR/global_stepN_hf or
 RUN_DIR/ckpt/global_stepN_hf: adapters or full models, written by --save_hf_ckpt every save_steps), and for
@@ -165,8 +195,10 @@ the rule that chose it (the highest headline figure on the first --dataset and -
 the earlier step; whether its delta's interval is above the baseline's).""",
     )
     s.add_argument(
-        "run_dir", metavar="RUN_DIR", help="the run's checkpoint directory ($CKPT_PATH, or runs/NAME)"
+        "run_dir", metavar="RUN_DIR", nargs="?",
+        help="the run's checkpoint directory (default: that of --run, else of the latest run of this checkout)"
     )
+    s.add_argument("--run", metavar="RUN_NAME", help="the run of this checkout named so (runs/RUN_NAME/run.json)")
     s.add_argument("--once", action="store_true", help="evaluate what is pending now, then exit")
     s.add_argument(
         "--poll", type=float, default=60.0, help="seconds between looks for new checkpoints (default 60)"
@@ -247,14 +279,18 @@ def job_variables(cfg: SpareConfig, given: list[str]) -> dict[str, str]:
 
 def run_watch(args: argparse.Namespace, opts: list[str], target: Target) -> int:
     """`watch`: evaluate the run's checkpoints through `target`, print the table at the end of each pass."""
-    from pathlib import Path
-
-    run_dir = Path(args.run_dir)
+    if args.run_dir and args.run:
+        raise SpareError("watch: give RUN_DIR or --run RUN_NAME, not both")
+    run_dir = Path(args.run_dir) if args.run_dir else run_checkpoints(args.run)
+    log_line = f"run {args.run or 'the latest of this checkout'}: {run_dir}" if not args.run_dir else ""
     eval_opts = parse_eval_options(opts, run_label(run_dir))
     select = args.select.replace(":", " ", 1) if args.select else None
 
     def log(line: str) -> None:
         print(f"watch: {line}", file=sys.stderr, flush=True)
+
+    if log_line:
+        log(log_line)
 
     state = watch(
         run_dir,
@@ -323,11 +359,11 @@ def run_remote(args: argparse.Namespace, job: list[str] | None, spare: Spare) ->
     if args.cmd == "watch":
         return run_watch(args, job or [], RemoteTarget(spare))
     if args.cmd == "sync":
-        for line in sync_spare(spare, args.adapter, data=not args.no_data):
+        for line in sync_spare(spare, in_run(args.adapter, args.run), data=not args.no_data):
             print(line)
         return 0
     if args.cmd == "verify":
-        rows = verify_spare(spare, args.adapter)
+        rows = verify_spare(spare, in_run(args.adapter, args.run))
         if args.json:
             print(json.dumps([r.__dict__ for r in rows]))
         else:

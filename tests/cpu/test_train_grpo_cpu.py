@@ -441,7 +441,7 @@ def test_monitor_ends_the_run_on_a_generated_stop_after_the_next_checkpoint(inpu
 
 
 def test_filter_and_history_switches_on_the_mixed_task(tmp_path):
-    """DYNAMIC_FILTER=1 PROMPT_HISTORY=1 on the mixed task (easy / hard / learnable prompts): every trained group
+    """DYNAMIC_FILTER=1 --prompt_history on the mixed task (easy / hard / learnable prompts): every trained group
     teaches (uniform share 0), dropped and skipped prompts are counted, the run does exactly the rollout steps
     the LR preflight models (over several passes of the pool) and the cosine ends at its floor, and the
     checkpoint carries the prompt history."""
@@ -459,7 +459,7 @@ def test_filter_and_history_switches_on_the_mixed_task(tmp_path):
              "--prompt_history_explore", "0.5",  # a 32-prompt pool: keep enough prompts in each pass
              "--actor_learning_rate", "1e-3"]  # learnable prompts stay mixed for the whole budget (at 5e-3 the
     # model can learn the answer by step ~14, every group is then uniform and the run ends early, by design)
-    rc, log = run(tmp_path, inputs, "filtered", *flags, DYNAMIC_FILTER="1", PROMPT_HISTORY="1")
+    rc, log = run(tmp_path, inputs, "filtered", *flags, "--prompt_history", DYNAMIC_FILTER="1")
     assert rc == 0, log[-6000:]
     assert "--dynamic_filtering" in log and "the run still does 32 rollout steps" in log
     rows = train_rows(tmp_path / "filtered")

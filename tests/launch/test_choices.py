@@ -38,7 +38,6 @@ def test_the_filter_key_follows_the_reward_and_its_scheme(kind, scheme, key):
     else:
         assert "--dynamic_filtering_key" not in flags
     assert filter_flags({}, kind, scheme) == []
-    assert filter_flags({"PROMPT_HISTORY": "1"}, kind, scheme) == ["--prompt_history"]
     with pytest.raises(ChoiceError, match="DYNAMIC_FILTER=2: expected 0 or 1"):
         filter_flags({"DYNAMIC_FILTER": "2"}, kind, scheme)
 
@@ -57,17 +56,15 @@ def test_lora_sync_flags_only_for_a_lora_command():
 
 def test_resume_only_from_a_complete_save(tmp_path):
     argv = ["--ckpt_path", str(tmp_path)]
-    assert resume_flags({}, argv, smoke=False)[0] == []
+    assert resume_flags(argv, smoke=False)[0] == []
     (tmp_path / "_actor").mkdir()  # killed in its first save: 0.9.3 would raise on --load_checkpoint
-    assert resume_flags({}, argv, smoke=False)[0] == []
+    assert resume_flags(argv, smoke=False)[0] == []
     (tmp_path / "_actor" / "latest").write_text("global_step15\n")
-    flags, line = resume_flags({}, argv, smoke=False)
+    flags, line = resume_flags(argv, smoke=False)
     assert flags == ["--load_checkpoint"] and line == f"resume: resuming from {tmp_path / '_actor'} (global_step15)"
-    assert resume_flags({"RESUME": "0"}, argv, smoke=False)[0] == []
-    assert resume_flags({}, argv, smoke=True) == ([], "resume: no (a smoke run starts fresh; it saves at "
-                                                      "SMOKE_RESUME_STEP and relaunches once to resume)")
-    with pytest.raises(ChoiceError, match="RESUME=yes: expected 0 or 1"):
-        resume_flags({"RESUME": "yes"}, argv, smoke=False)
+    assert resume_flags(argv, smoke=False, fresh=True) == ([], "resume: no (--no_load_checkpoint)")
+    assert resume_flags(argv, smoke=True) == ([], "resume: no (a smoke run starts fresh; it saves at "
+                                                  "SMOKE_RESUME_STEP and relaunches once to resume)")
 
 
 def test_a_smoke_run_gets_its_own_directories(tmp_path):
@@ -104,14 +101,13 @@ def test_decide_puts_every_choice_in_front_with_its_line(tmp_path):
 def test_deterministic_turns_on_openrlhfs_full_determinism_and_vllms_batch_invariant_kernels(tmp_path):
     from rft.launch.openrlhf_cli import known_flags
 
-    assert choices.determinism({})[:2] == ([], {})
-    flags, env, line = choices.determinism({"DETERMINISTIC": "1"})
-    assert flags == ["--full_determinism"] and "--full_determinism" in known_flags()  # 0.9.3's own flag
-    assert env == {"VLLM_BATCH_INVARIANT": "1"} and line.startswith("determinism: DETERMINISTIC=1")
-    d = decide("ppo", ["--lora_rank", "8", "--ckpt_path", str(tmp_path)], {"DETERMINISTIC": "1"})
-    assert "--full_determinism" in d.flags and d.env["VLLM_BATCH_INVARIANT"] == "1"
-    with pytest.raises(ChoiceError, match="DETERMINISTIC=yes: expected 0 or 1"):
-        choices.determinism({"DETERMINISTIC": "yes"})
+    assert "--full_determinism" in known_flags()  # 0.9.3's own flag
+    assert choices.determinism([])[0] == {}
+    env, line = choices.determinism(["--lora_rank", "8", "--full_determinism"])
+    assert env == {"VLLM_BATCH_INVARIANT": "1"} and line == "determinism: --full_determinism, VLLM_BATCH_INVARIANT=1"
+    d = decide("ppo", ["--lora_rank", "8", "--ckpt_path", str(tmp_path), "--full_determinism"], {})
+    assert "--full_determinism" not in d.flags and d.env["VLLM_BATCH_INVARIANT"] == "1"
+    assert "VLLM_BATCH_INVARIANT" not in decide("ppo", ["--lora_rank", "8"], {}).env
 
 
 def test_with_suffix_renames_the_run_component_only():

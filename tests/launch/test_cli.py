@@ -26,6 +26,7 @@ from rft.launch.openrlhf_cli import (
     store_true_flags,
 )
 from rft.launch.removed import PAGE
+from rft.launch.run_pointer import find_run
 from rft.provenance import REPO_ROOT as ROOT
 from tests.launch.rows import rows
 from tests.support.git import git
@@ -224,10 +225,10 @@ def test_lora_sync_switch_merge_or_native(patched_root, data_dir, tmp_path, monk
 
 def test_dynamic_filter_switch_picks_the_range_for_the_reward(patched_root, data_dir, tmp_path, monkeypatch):
     """DYNAMIC_FILTER=1: the score rule for exact match (scores are 0/1), the correctness rule for the judge
-    (a right answer pays 0.8-1.0) and the signed scheme; PROMPT_HISTORY=1 adds --prompt_history; the run length
+    (a right answer pays 0.8-1.0) and the signed scheme; --prompt_history goes through as given; the run length
     note names the unchanged step count."""
     env = script_env(patched_root, data_dir, tmp_path)
-    res = run_script("train_grpo_20b.sh", {**env, "DYNAMIC_FILTER": "1", "PROMPT_HISTORY": "1"}, "--dry-run")
+    res = run_script("train_grpo_20b.sh", {**env, "DYNAMIC_FILTER": "1"}, "--dry-run", "--prompt_history")
     assert res.returncode == 0, res.stderr
     argv, a = parsed_command(res.stdout, patched_root, monkeypatch)
     assert a.dynamic_filtering and a.dynamic_filtering_key == "score" and a.prompt_history
@@ -359,10 +360,23 @@ def test_gpt_oss_scripts_resume_by_default(name, patched_root, data_dir, tmp_pat
     res = run_script(name, env, "--dry-run")
     assert res.returncode == 0 and f"resuming from {actor} (global_step15)" in res.stderr
     assert parsed_command(res.stdout, patched_root, monkeypatch)[1].load_checkpoint
-    assert "--load_checkpoint" not in run_script(name, {**env, "RESUME": "0"}, "--dry-run").stdout
-    assert run_script(name, {**env, "RESUME": "yes"}, "--dry-run").returncode == 2
-    off = run_script(name, {**env, "RESUME": "0"}, "--dry-run", "--disable_ds_ckpt")
+    fresh = run_script(name, env, "--dry-run", "--no_load_checkpoint")
+    assert "--load_checkpoint" not in fresh.stdout and "resume: no (--no_load_checkpoint)" in fresh.stderr
+    refused = run_script(name, {**env, "RESUME": "0"}, "--dry-run")
+    assert refused.returncode == 2 and "RESUME=0 is now --no_load_checkpoint" in refused.stderr
+    off = run_script(name, env, "--dry-run", "--no_load_checkpoint", "--disable_ds_ckpt")
     assert parsed_command(off.stdout, patched_root, monkeypatch)[1].disable_ds_ckpt
+
+
+def test_take_pool_leaves_the_openrlhf_flags():
+    """`--pool N` is the launcher's (the LR preflight's pool when the data is elsewhere): taken out, the last wins;
+    a value that is not a count is refused by name."""
+    assert cli.take_pool(["--seed", "1", "--pool", "40", "--pool", "400", "--num_episodes", "2"]) == (
+        ["--seed", "1", "--num_episodes", "2"], 400)
+    assert cli.take_pool(["--seed", "1"]) == (["--seed", "1"], None)
+    for bad in (["--pool"], ["--pool", "many"]):
+        with pytest.raises(FlagError, match="^--pool .*: expected the number of prompts$"):
+            cli.take_pool(bad)
 
 
 def test_resolve_overrides_expands_abbreviations():
@@ -417,7 +431,8 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     monkeypatch.setattr(rules, "free_gib", lambda path: NODE_DISK_FREE_GIB)
     monkeypatch.setattr(prereqs, "mem_available_gib", lambda: NODE_RAM_GIB)
     monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
-    monkeypatch.setenv("RUN_RECORD_DIR", str(tmp_path / "records"))
+    monkeypatch.setenv("METRICS_LOG_DIR", str(tmp_path / "records"))
+    monkeypatch.setenv("RUN_NAME", "a07")
     monkeypatch.setenv("RFT_LAUNCH_NO_EXEC", "1")
     monkeypatch.delenv("ATTEMPT", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -427,7 +442,7 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "reward")
     monkeypatch.setenv("REWARD", str(reward))  # the launcher puts it in front: --remote_rm_url REWARD
-    for name in ("DYNAMIC_FILTER", "PROMPT_HISTORY", "LORA_SYNC", "SMOKE", "RESUME"):
+    for name in ("DYNAMIC_FILTER", "LORA_SYNC", "SMOKE"):
         monkeypatch.delenv(name, raising=False)
     flags = ["--remote_rm_url", str(reward), "--pretrain", "openai/gpt-oss-20b", "--prompt_data",
              str(data_dir / "sft_rl_pool.jsonl"), "--eval_dataset", str(data_dir / "probe_set_200_ood.jsonl"),
@@ -440,7 +455,8 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     (repo / "reward.toml").write_text("[judge]\n")  # untracked configuration: it changes a run
     assert cli.main(["--profile", "20b", "--repo", str(repo), "--", *flags]) == 1
     assert "working tree is dirty" in capsys.readouterr().err
-    assert git(repo, "tag", "--list") == "" and not (tmp_path / "records").exists()
+    assert git(repo, "tag", "--list") == "" and not list((tmp_path / "records").glob("run_record_*.json"))
+    assert not (repo / "runs").exists()  # no pointer either
     (repo / "reward.toml").unlink()
     # Without the colocated reference the placement asks for 12 GPUs: refused on the 8-GPU node.
     no_coloc = [f for f in flags if f != "--colocate_actor_ref"]
@@ -451,6 +467,9 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     out = capsys.readouterr()
     assert "tag attempt-07-start created" in out.err
     assert git(repo, "tag", "--list") == "attempt-07-start"
+    # The run's pointer: what monitor.sh, spare.py and rft.attempt resolve --run NAME (or the latest run) from.
+    run = find_run(repo, "a07")
+    assert (run.metrics_dir, run.ckpt_path, run.save_path) == (tmp_path / "records", tmp_path / "ckpt", tmp_path / "out")
     (record_path,) = (tmp_path / "records").glob("run_record_*.json")
     record = json.loads(record_path.read_text())
     assert record["command"][1:3] == ["-m", "openrlhf.cli.train_ppo_ray"] and record["command"][3:] == flags

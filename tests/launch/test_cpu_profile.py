@@ -61,7 +61,6 @@ def test_a_given_cluster_is_used_and_left_running():
 def test_prepare_and_finish_without_a_record(tmp_path, capsys):
     env = {**os.environ, "METRICS_LOG_DIR": str(tmp_path / "run" / "metrics"), "PYTHONPATH": str(ROOT)}
     env.pop("SPIKE_LOG_PATH", None)
-    env.pop("RUN_RECORD_DIR", None)
     cpu_profile.prepare_dirs(tmp_path / "run", env)
     assert (tmp_path / "run" / "metrics" / "spike_log.jsonl").read_text() == ""
     cpu_profile.finish(3, tmp_path / "run", "127.0.0.1:1", env)  # the launch was refused: nothing to record

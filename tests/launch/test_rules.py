@@ -90,16 +90,17 @@ def test_unpatched_openrlhf_blocks_the_launch(pristine_openrlhf_root):
 def test_run_checks_reads_the_environment_it_is_given_and_changes_none(
     patched_root, pristine_openrlhf_root, monkeypatch
 ):
-    """The OpenRLHF directory, POOL and RFT_SMOKE come from `env`, never from os.environ, which stays as it was."""
+    """The OpenRLHF directory and RFT_SMOKE come from `env`, never from os.environ, which stays as it was; the
+    launch's --pool sizes the LR preflight when --prompt_data is not here."""
     monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(pristine_openrlhf_root))
     monkeypatch.delenv("RFT_SMOKE", raising=False)
     before = dict(os.environ)
-    env = {rules.OPENRLHF_DIR_ENV: str(patched_root), "POOL": "400", "RFT_SMOKE": "1"}
+    env = {rules.OPENRLHF_DIR_ENV: str(patched_root), "RFT_SMOKE": "1"}
     flags = [*SMALL_FLAGS, "--offload", "--zero_stage", "3", "--prompt_data", "/no/such/pool.jsonl",
              "--lora_rank", "8", "--vllm_sync_lora_via_object_store"]
-    rep, facts = rules.run_checks(rules.PROFILES["small"], flags, env)
+    rep, facts = rules.run_checks(rules.PROFILES["small"], flags, env, pool_if_absent=400)
     assert facts["patches"]["applied"] is True and not any("--offload" in e for e in rep.errors), rep.errors
-    assert "LR preflight: pool taken from POOL=400 (--prompt_data not found)" in rep.warnings
+    assert "LR preflight: pool taken from --pool 400 (--prompt_data not found)" in rep.warnings
     assert any(n.startswith("smoke run: ") for n in rep.notes), rep.notes
     assert dict(os.environ) == before
 

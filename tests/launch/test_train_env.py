@@ -146,6 +146,35 @@ def test_make_train_dry_run_on_a_gpu_node_runs_nothing_and_prints_the_plan(tmp_p
     assert not venv.exists() and not Path(f"{venv}.building").exists()  # nothing ran
 
 
+@pytest.mark.parametrize("extra", [[], ["DRY_RUN=1"]])
+def test_make_train_without_a_gpu_points_at_make_demo_in_one_line(tmp_path, extra):
+    """No GPU (an nvidia-smi that lists none): make train runs nothing, exits non-zero and says, in one line, that
+    the CPU loop is make demo."""
+    env = fake_tools(tmp_path / "bin")
+    (tmp_path / "bin" / "nvidia-smi").write_text("#!/usr/bin/env bash\nexit 0\n")
+    res = subprocess.run(["make", "--no-print-directory", "-s", "-C", str(ROOT), "train", *extra,
+                          f"TRAIN_VENV={tmp_path / 'venv'}", f"VLLM_VENV={tmp_path / 'vllm'}"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode != 0 and res.stdout == ""
+    said = [ln for ln in res.stderr.splitlines() if not ln.startswith("make: ***")]
+    assert said == ["make train: no GPU here (nvidia-smi -L lists none): training needs the 8-GPU node; make demo "
+                    "runs the whole loop on CPU"]
+    assert not (tmp_path / "venv").exists() and not (tmp_path / "vllm").exists()
+
+
+def test_make_demo_is_the_cpu_loop_and_old_make_names_are_refused(tmp_path):
+    """make demo: the patched .venv-vllm, then train_grpo_cpu.sh in it; MODULES / GPU_CHECK_ARGS / REHEARSE_ARGS
+    on the command line are refused naming ARGS."""
+    plan = subprocess.run(["make", "--no-print-directory", "-n", "-C", str(ROOT), "demo",
+                           f"VLLM_VENV={tmp_path / 'vllm'}"], capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    assert f"PYTHON={tmp_path / 'vllm'}/bin/python bash train_grpo_cpu.sh" in plan.stdout
+    assert "install_vllm_venv.sh" in plan.stdout and "apply_patches.sh" in plan.stdout
+    old = subprocess.run(["make", "-n", "-C", str(ROOT), "mutate", "MODULES=answer passk"], capture_output=True,
+                         text=True, timeout=60)
+    assert old.returncode != 0 and 'MODULES is no longer read: give ARGS="answer passk" instead' in old.stderr
+
+
 def test_make_train_dry_run_names_a_missing_nvcc_before_the_install_plan(tmp_path):
     venv = tmp_path / ".venv-train"
     res = make_train_dry_run(fake_tools(tmp_path / "bin"), venv)

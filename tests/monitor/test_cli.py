@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rft.launch.run_pointer import write_pointer
+from rft.monitor import cli
 from rft.monitor import logs as metrics_log
 from rft.monitor.cli import main
 from rft.monitor.logs import ALIASES, JsonlTail, MetricsLog, feed_lines, read_metrics, read_spikes
@@ -207,53 +209,39 @@ def test_gpu_watch_memory_and_deadlock():
     assert all(quiet.update(t, busy) == [] for t in range(0, 3600, 60))
 
 
-def _run_dir(d: Path, repo: str | None, age: float, scenario: str = "healthy") -> Path:
-    """A metrics directory as a launch leaves it: metrics, a run record naming its checkout, written `age` s ago."""
-    write_scenario(scenario, d)
-    rec = d / "run_record_20260101T000000Z.json"
-    rec.write_text(json.dumps({"repo": repo, "command": ["python", "--ckpt_path", str(d.parent / "ckpt")]}))
+def _launched(root: Path, name: str, metrics: Path, age: float, scenario: str = "healthy") -> Path:
+    """A run as a launch leaves it: its metrics (written `age` s ago) and the pointer runs/NAME/run.json."""
+    write_scenario(scenario, metrics)
+    pointer = write_pointer(root, name, {"METRICS_LOG_DIR": str(metrics)},
+                            ["--ckpt_path", str(metrics.parent / "ckpt"), "--save_path", str(metrics.parent / "out")])
     stamp = time.time() - age
-    for f in d.iterdir():
+    for f in [*metrics.iterdir(), pointer]:
         os.utime(f, (stamp, stamp))
-    return d
+    return metrics
 
 
-def test_monitor_sh_without_a_directory_finds_the_latest_run_of_this_checkout(tmp_path):
-    """No argument, no METRICS_LOG_DIR: the newest run this checkout launched, in the launch scripts' layout."""
-    scratch, runs = tmp_path / "scratch", tmp_path / "runs"
-    env = {k: v for k, v in os.environ.items() if k not in ("METRICS_LOG_DIR", "CKPT_PATH")}
-    env.update(SCRATCH=str(scratch), OUT_ROOT=str(runs), PYTHON=sys.executable, COLUMNS="200")
-
-    def check() -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", str(ROOT / "monitor.sh"), "--check"], capture_output=True, text=True,
-                              env=env, timeout=60)
-
-    none = check()
-    assert none.returncode == 2 and f"no run of this checkout in {scratch}/rft_metrics/*, {runs}/*/metrics" in none.stderr
-    _run_dir(scratch / "rft_metrics" / "a29", str(ROOT), age=600, scenario="early_stop")
-    _run_dir(scratch / "rft_metrics" / "elsewhere", "/some/other/checkout", age=0, scenario="early_fail")
-    res = check()
-    assert f"latest run of this checkout: {scratch}/rft_metrics/a29" in res.stderr
-    assert res.returncode == 2 and "STOP" in res.stdout
-    _run_dir(runs / "cpu-grpo-qwen2" / "metrics", str(ROOT), age=60)
-    res = check()
-    assert f"latest run of this checkout: {runs}/cpu-grpo-qwen2/metrics" in res.stderr and res.returncode == 0
-
-
-def test_run_of_checkout_by_location_or_record(tmp_path):
-    from rft.monitor.latest import find_latest, of_checkout
-
+def test_monitor_finds_the_latest_run_or_the_one_named(tmp_path, monkeypatch, capsys):
+    """No directory, no METRICS_LOG_DIR: the run of this checkout that wrote last (runs/*/run.json); --run NAME:
+    that one, its checkpoint directory with it; an unknown name lists the runs there are."""
     root = tmp_path / "rft"
-    (root / "runs" / "x" / "metrics").mkdir(parents=True)
-    assert of_checkout(root / "runs" / "x" / "metrics", None, root)
-    elsewhere = tmp_path / "scratch" / "r"
-    assert not of_checkout(elsewhere, None, root)
-    assert of_checkout(elsewhere, {"repo": str(root)}, root)
-    assert not of_checkout(elsewhere, {"repo": str(tmp_path / "other")}, root)
-    assert of_checkout(elsewhere, {"command_text": f"python -m x --remote_rm_url {root}/reward_func_em.py"}, root)
-    d = _run_dir(tmp_path / "scratch" / "rft_metrics" / "a30", str(root), age=5)
-    latest = find_latest(root, [str(tmp_path / "scratch" / "rft_metrics" / "*")])
-    assert latest.metrics_dir == d and latest.ckpt_path() == str(d.parent / "ckpt")
+    monkeypatch.setattr(cli, "REPO_ROOT", root)
+    monkeypatch.delenv("METRICS_LOG_DIR", raising=False)
+    monkeypatch.delenv("CKPT_PATH", raising=False)
+    with pytest.raises(SystemExit) as none:
+        cli.main(["--check"])
+    assert none.value.code == 2 and f"no run launched from this checkout yet ({root}/runs/*/run.json)" in (
+        capsys.readouterr().err)
+    a29 = _launched(root, "a29", tmp_path / "scratch" / "rft_metrics" / "a29", age=600, scenario="early_stop")
+    cpu = _launched(root, "cpu-grpo-qwen2", root / "runs" / "cpu-grpo-qwen2" / "metrics", age=60)
+    assert cli.main(["--check"]) == 0
+    assert f"monitor: run cpu-grpo-qwen2 (the latest of this checkout): {cpu}" in capsys.readouterr().err
+    assert cli.main(["--check", "--run", "a29"]) == 2
+    out = capsys.readouterr()
+    assert f"monitor: run a29: {a29}" in out.err and "STOP" in out.out
+    with pytest.raises(SystemExit):
+        cli.main(["--check", "--run", "a30"])
+    err = capsys.readouterr().err
+    assert "no run 'a30'" in err and "runs of this checkout: a29, cpu-grpo-qwen2)" in err
 
 
 def _check_edited_healthy(tmp_path, edit, code: int, needle: str) -> subprocess.CompletedProcess:
