@@ -104,7 +104,7 @@ clean:
 # make train DRY_RUN=1: what make train would do here (GPUs found, the environment found or the install order),
 # running nothing but a read-only probe of each candidate interpreter.
 # make train-env: the GPU node's environment found or built (prerequisites first), the patches applied; prints its
-# interpreter (PY=$$(make -s train-env), then $$PY prepare_sft_data.py, $$PY -m rft.provision.download MODEL): stdout
+# interpreter (PY=$$(make -s train-env), then $$PY prepare_sft_data.py, $$PY -m rft.launch.download MODEL): stdout
 # carries only that path, every child (pip, the checks, apply_patches.sh) writes to stderr.
 train-env:
 	@py="$$($(PYTHON) -m rft.launch.train_env ensure --venv $(TRAIN_VENV) --base-python $(PYTHON))" && \

@@ -171,8 +171,10 @@ def scan() -> Reads:
             reads[name] += where
 
     for f, text in shells.items():
-        # a sourced library sees what its sourcing scripts assign
-        assigned = own[f].union(*(own[g] for g, t in shells.items() if Path(f).name in t and g != f))
+        # a sourced library sees what its sourcing scripts assign, and a script what the libraries it sources do
+        sourcing = (own[g] for g, t in shells.items() if Path(f).name in t and g != f)
+        sourced = (own[g] for g in shells if g != f and f"/{g}" in text and "source" in text)
+        assigned = own[f].union(*sourcing, *sourced)
         merge(shell_reads(f, text, assigned, indirect))
     for f in files:
         if f.endswith(".py"):
@@ -239,3 +241,20 @@ def test_the_removed_table_is_the_launchers():
     assert rows == list(REMOVED)
     anchor = re.sub(r"[^\w\- ]", "", heading[3:].lower()).replace(" ", "-")
     assert REMOVED_PAGE == f"docs/configuration.md#{anchor}"
+
+
+def user_variables(text: str) -> list[str]:
+    """The names of the page's rows of kind **user** (the settings a user changes), above its Removed section."""
+    names: list[str] = []
+    for ln in text[:text.lower().index("\n## removed")].splitlines():
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        if ln.startswith("|") and len(cells) == 5 and cells[3] == "user":
+            names += re.findall(r"`(" + NAME + r")`", cells[0])
+    return names
+
+
+def test_at_most_sixty_user_settings():
+    """One dialect: a setting one flag can say is that flag, so the variables a user sets stay few."""
+    names = user_variables(PAGE.read_text())
+    assert "MODEL" in names and "PROMPT_HISTORY" not in names
+    assert len(names) <= 60, f"{len(names)} user variables on docs/configuration.md"

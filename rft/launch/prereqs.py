@@ -234,7 +234,7 @@ def problems(host: Host, profile: str = "20b", building: bool = True,
                    f"apt install {pkg} (or make train-env PYTHON=<an interpreter with its headers>)")
     if not host.gpus:
         bad.insert(0, "gpu: no GPU here (`nvidia-smi -L` lists none: no driver, or no device): the training environment "
-                      "needs the GPU node; without GPUs `make train` runs the CPU demonstration")
+                      "needs the GPU node; without GPUs `make demo` runs the CPU demonstration")
     if host.gpus and host.driver is None:
         bad.append("driver: nvidia-smi lists GPUs but no driver version: check `nvidia-smi` works")
     elif host.gpus and host.driver < MIN_DRIVER:

@@ -54,7 +54,7 @@ PROFILES = {
     "120b": Profile("120b", "ppo", min_gpu_mem_gib=75, min_free_disk_gib=100, data_disk=True),
     "small": Profile("small", "ppo", min_gpu_mem_gib=20, min_free_disk_gib=10),
     "sft": Profile("sft", "sft", min_gpu_mem_gib=75, min_free_disk_gib=50, sft_gpus=8, data_disk=True),
-    # train_grpo_cpu.sh: a tiny random model on a machine without GPUs (what `make train` runs there)
+    # train_grpo_cpu.sh: a tiny random model on a machine without GPUs (what `make demo` runs)
     "cpu": Profile("cpu", "ppo", min_gpu_mem_gib=0, min_free_disk_gib=1, cpu=True),
 }
 

@@ -16,7 +16,7 @@ from rft.provenance import REPO_ROOT as ROOT
 def inputs(tmp_path_factory) -> Path:
     """The demo task's tiny Qwen2 (taught the answer format) and prompt sets, made once."""
     out = tmp_path_factory.mktemp("cpu-inputs")
-    # as train_grpo_cpu.sh makes them (one thread: the same bytes as `make train`'s model)
+    # as train_grpo_cpu.sh makes them (one thread: the same bytes as `make demo`'s model)
     subprocess.run([sys.executable, "-m", "rft.cpu.demo", str(out)], check=True, cwd=ROOT,
                    env={**os.environ, "TORCHDYNAMO_DISABLE": "1", "OMP_NUM_THREADS": "1"})
     return out
