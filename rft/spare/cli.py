@@ -3,8 +3,7 @@
 The spare is reached over ssh and runs this same CLI there with `--host local`; `--host local` also runs
 jobs on this machine. Configuration: spare.toml at the repo root (or --config / RFT_SPARE_CONFIG), keys
 host, key, port, repo, python, ssh_options, data, tmux_socket and an [env] table of variables every job gets;
-env vars override it: RFT_SPARE=user@host, RFT_SPARE_KEY, RFT_SPARE_PORT, RFT_SPARE_REPO, RFT_SPARE_PYTHON,
-RFT_SPARE_SSH_OPTS, RFT_SPARE_DATA, RFT_TMUX_SOCKET.
+--host and --tmux-socket override it.
 """
 
 from __future__ import annotations
@@ -108,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--host",
-        help="spare as user@host (overrides RFT_SPARE / spare.toml), or 'local' to act "
+        help="spare as user@host (overrides spare.toml's host), or 'local' to act "
         "on this machine without ssh",
     )
     p.add_argument(
@@ -117,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tmux-socket",
         help=f"tmux socket name of the dedicated job server (tmux -L NAME; "
-        f"default: RFT_TMUX_SOCKET or '{DEFAULT_SOCKET}')",
+        f"default: spare.toml's tmux_socket, else '{DEFAULT_SOCKET}')",
     )
     p.add_argument("--argv-b64", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -349,7 +348,7 @@ def run_local(args: argparse.Namespace, job: list[str] | None, socket_name: str,
         print(json.dumps(local_facts(args.data_dir or ["data"], args.adapter)))
         return 0
     raise SpareError(
-        f"`{args.cmd}` compares this machine with the spare: configure one (RFT_SPARE=user@host), "
+        f"`{args.cmd}` compares this machine with the spare: configure one (host in spare.toml, or --host user@host), "
         "not --host local"
     )
 

@@ -1,7 +1,7 @@
 """The spare node seen from the primary: config, ssh transport, code/data/adapter sync and verification.
 
-Config comes from `spare.toml` (repo root, or `--config` / `$RFT_SPARE_CONFIG`) and environment variables
-that override it (see `ENV_KEYS`). Every remote command is a fixed `sh -c` script plus arguments that are
+Config comes from `spare.toml` (repo root, or `--config` / `$RFT_SPARE_CONFIG`; the keys are `KEYS`), and
+`--host` / `--tmux-socket` on the command line. Every remote command is a fixed `sh -c` script plus arguments that are
 shell-quoted exactly once (`shlex.join`); CLI calls on the spare carry their argv as base64 JSON.
 """
 
@@ -23,19 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rft.io import sha256_file
+from rft.launch.removed import still_set
 from rft.provenance import REPO_ROOT, git, git_ok, package_versions, patch_state
 
 CONFIG_NAME = "spare.toml"
-ENV_KEYS = {  # env var -> config key
-    "RFT_SPARE": "host",
-    "RFT_SPARE_KEY": "key",
-    "RFT_SPARE_PORT": "port",
-    "RFT_SPARE_REPO": "repo",
-    "RFT_SPARE_PYTHON": "python",
-    "RFT_SPARE_SSH_OPTS": "ssh_options",
-    "RFT_SPARE_DATA": "data",
-    "RFT_TMUX_SOCKET": "tmux_socket",
-}
+KEYS = ("host", "key", "port", "repo", "python", "ssh_options", "data", "tmux_socket", "env")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Exit codes of our remote scripts, mapped to one-line advice by SpareError.
 RC_NO_REPO, RC_NO_CLI, RC_NO_PYTHON, RC_NOT_GIT, RC_NOT_FF, RC_SSH = 97, 98, 99, 96, 93, 255
@@ -76,7 +68,7 @@ class SpareConfig:
 
 
 def _coerce(key: str, value: object, where: str) -> object:
-    """Validate/convert one config value; errors name `where` (file or env var)."""
+    """Validate/convert one config value; errors name `where` (the file and key)."""
     if key == "port":
         try:
             port = int(value)  # type: ignore[arg-type]
@@ -106,8 +98,11 @@ def _coerce(key: str, value: object, where: str) -> object:
 def load_config(
     path: str | os.PathLike | None = None, env: dict[str, str] | None = None, host: str | None = None
 ) -> SpareConfig:
-    """Config from the TOML file (if any), then env vars, then an explicit `host` (the --host flag)."""
+    """Config from the TOML file (if any), then an explicit `host` (the --host flag); `env` supplies only
+    RFT_SPARE_CONFIG. SpareError names a removed variable still set, with its key."""
     env = os.environ if env is None else env
+    if leftovers := [ln for ln in still_set(env) if ln.startswith(("RFT_SPARE", "RFT_TMUX"))]:
+        raise SpareError("; ".join(leftovers))
     values: dict[str, object] = {}
     sources = []
     explicit = path or env.get("RFT_SPARE_CONFIG")
@@ -119,16 +114,12 @@ def load_config(
             raw = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:
             raise SpareError(f"{cfg_path}: not valid TOML ({e})") from None
-        known = set(ENV_KEYS.values()) | {"env"}
+        known = set(KEYS)
         for key, value in raw.items():
             if key not in known:
                 raise SpareError(f"{cfg_path}: unknown key {key!r} (known: {', '.join(sorted(known))})")
             values[key] = _coerce(key, value, f"{cfg_path}: {key}")
         sources.append(str(cfg_path))
-    for var, key in ENV_KEYS.items():
-        if env.get(var):
-            values[key] = _coerce(key, env[var], var)
-            sources.append(var)
     if host:
         values["host"] = host
         sources.append("--host")
@@ -159,7 +150,7 @@ class Spare:
     def __init__(self, cfg: SpareConfig):
         if not cfg.host:
             raise SpareError(
-                "no spare configured: set RFT_SPARE=user@host (or `host` in spare.toml), or pass --host local"
+                "no spare configured: set `host = \"user@host\"` in spare.toml, or pass --host user@host / --host local"
             )
         self.cfg = cfg
 
@@ -209,13 +200,13 @@ class Spare:
         rc = proc.returncode
         if rc == RC_SSH:
             raise SpareError(
-                f"cannot reach the spare {self.where()} over ssh ({last}): check RFT_SPARE, "
-                "RFT_SPARE_KEY, RFT_SPARE_PORT and that the machine is up"
+                f"cannot reach the spare {self.where()} over ssh ({last}): check spare.toml's host, "
+                "key, port and ssh_options and that the machine is up"
             )
         if rc == RC_NO_REPO:
             raise SpareError(
                 f"repo path {self.cfg.repo} missing on the spare {self.cfg.host}: clone it there "
-                "(or `git init` it and run `spare.py sync`), or set RFT_SPARE_REPO"
+                "(or `git init` it and run `spare.py sync`), or set `repo` in spare.toml"
             )
         if rc == RC_NOT_GIT:
             raise SpareError(f"{self.cfg.repo} on the spare is not a git checkout: clone the repo there")
@@ -223,8 +214,8 @@ class Spare:
             raise SpareError(f"spare.py missing in {self.cfg.repo} on the spare: run `spare.py sync` first")
         if rc == RC_NO_PYTHON:
             raise SpareError(
-                f"python {self.cfg.python} not found on the spare: set RFT_SPARE_PYTHON to the "
-                "environment's python (absolute path)"
+                f"python {self.cfg.python} not found on the spare: set `python` in spare.toml to "
+                "the environment's python (absolute path)"
             )
 
     def cli(

@@ -22,8 +22,10 @@ def test_every_old_switch_and_reward_knob_is_there():
                 "COLOCATE_ALL", "VLLM_SLEEP", "DEEPSPEED_SLEEP", "SYNC_OFF"}
     aliases = {"PROMPT_HISTORY", "DETERMINISTIC", "RESUME", "JUDGE_LIVE_CHECK", "RFT_METRICS_GLOBS", "RUN_RECORD_DIR"}
     preflight = {"POOL", "NS", "TBS", "RBS", "EP", "WARMUP", "LR", "MAX_EPOCHS", "LORA_RANK"}
-    assert switches | aliases | preflight | {"REWARD_FUNC", "RFT_REWARD_SCHEME"} <= names
-    assert sum(n.startswith("RFT_JUDGE_") for n in names) == 20 and len(names) == len(REMOVED) == 50
+    spare = {"RFT_SPARE", "RFT_SPARE_KEY", "RFT_SPARE_PORT", "RFT_SPARE_REPO", "RFT_SPARE_PYTHON",
+             "RFT_SPARE_SSH_OPTS", "RFT_SPARE_DATA", "RFT_TMUX_SOCKET"}
+    assert switches | aliases | preflight | spare | {"REWARD_FUNC", "RFT_REWARD_SCHEME"} <= names
+    assert sum(n.startswith("RFT_JUDGE_") for n in names) == 20 and len(names) == len(REMOVED) == 58
 
 
 def test_the_preflights_short_variables_are_each_one_flag():

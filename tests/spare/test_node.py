@@ -26,6 +26,9 @@ CLI_FILES = [
     "rft/__init__.py",
     "rft/io.py",
     "rft/provenance.py",
+    "rft/launch/__init__.py",
+    "rft/launch/removed.py",
+    "rft/launch/run_pointer.py",
     "rft/eval/__init__.py",
     "rft/eval/passk.py",
     "rft/eval/report.py",
@@ -60,8 +63,17 @@ def sshd(tmp_path_factory):
     server.stop()
 
 
+def toml_file(path: Path, settings: dict) -> Path:
+    """`settings` (strings, integers, lists of strings and an `env` table) written as a spare.toml at `path`."""
+    lines = [f"{k} = {json.dumps(v)}" for k, v in settings.items() if k != "env"]
+    lines += ["[env]", *(f"{k} = {json.dumps(v)}" for k, v in settings["env"].items())] if "env" in settings else []
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 class Setup:
-    """A primary checkout, its clone playing the spare, and the env that points the CLI at the spare."""
+    """A primary checkout, its clone playing the spare, and the spare.toml (in RFT_SPARE_CONFIG) that points the CLI
+    at the spare."""
 
     def __init__(self, tmp: Path, sshd, socket_name: str):
         self.tmp, self.socket = tmp, socket_name
@@ -76,27 +88,25 @@ class Setup:
         git(self.primary, "add", "-A")
         git(self.primary, "commit", "-q", "-m", "first")
         git(self.primary.parent, "clone", "-q", str(self.primary), str(self.spare))
-        self.env = {
-            **os.environ,
-            **{
-                "RFT_SPARE": sshd.destination,
-                "RFT_SPARE_PORT": str(sshd.port),
-                "RFT_SPARE_KEY": str(sshd.key),
-                "RFT_SPARE_SSH_OPTS": " ".join(sshd.client_options),
-                "RFT_SPARE_REPO": str(self.spare),
-                "RFT_SPARE_PYTHON": sys.executable,
-                "RFT_TMUX_SOCKET": socket_name,
-            },
-        }
-        self.env.pop("RFT_SPARE_CONFIG", None)
+        self.base = {"host": sshd.destination, "port": sshd.port, "key": str(sshd.key),
+                     "ssh_options": list(sshd.client_options), "repo": str(self.spare), "python": sys.executable,
+                     "tmux_socket": socket_name}
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("RFT_SPARE", "RFT_TMUX"))}
+        self.env["RFT_SPARE_CONFIG"] = str(self.settings())
 
-    def cli(self, *args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-        """Run the primary's spare.py."""
+    def settings(self, **over: object) -> Path:
+        """A spare.toml of the base settings with `over` on top (a new file for each distinct set)."""
+        name = "spare-" + "-".join(f"{k}" for k in sorted(over)) + ".toml" if over else "spare.toml"
+        return toml_file(self.tmp / name, {**self.base, **over})
+
+    def cli(self, *args: str, settings: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run the primary's spare.py (with `settings` over the base spare.toml)."""
+        env = {**self.env, **({"RFT_SPARE_CONFIG": str(self.settings(**settings))} if settings else {})}
         return subprocess.run(
             [sys.executable, str(self.primary / "spare.py"), *args],
             capture_output=True,
             text=True,
-            env={**self.env, **(env or {})},
+            env=env,
             timeout=timeout,
             cwd=self.tmp,
         )
@@ -126,7 +136,11 @@ def test_config_file_then_env_then_flag(tmp_path):
     cfg.write_text('host = "rlu@10.0.0.3"\nport = 2222\nrepo = "~/Code/rft"\nssh_options = ["-o", "X=1"]\n')
     c = load_config(cfg, env={})
     assert (c.host, c.port, c.repo, c.ssh_options) == ("rlu@10.0.0.3", 2222, "~/Code/rft", ("-o", "X=1"))
-    c = load_config(cfg, env={"RFT_SPARE_PORT": "22", "RFT_SPARE_SSH_OPTS": "-o 'A=b c'"})
+    with pytest.raises(SpareError, match=r"RFT_SPARE_PORT is set but no longer read: RFT_SPARE_PORT is now "
+                                         r"spare.toml: port .*; unset it"):
+        load_config(cfg, env={"RFT_SPARE_PORT": "22"})
+    cfg.write_text('host = "rlu@10.0.0.3"\nport = 22\nssh_options = "-o \'A=b c\'"\n')
+    c = load_config(cfg, env={})
     assert c.port == 22 and c.ssh_options == ("-o", "A=b c") and c.host == "rlu@10.0.0.3"
     assert load_config(cfg, env={}, host="local").is_local
     cfg.write_text('host = "x"\n[env]\nHF_HOME = "/mnt/scratch/hf"\nVLLM_CACHE_DIR = "/mnt/scratch/vllm_cache"\n')
@@ -137,8 +151,9 @@ def test_config_file_then_env_then_flag(tmp_path):
     cfg.write_text('host = "x"\nhots = "typo"\n')
     with pytest.raises(SpareError, match=r"spare\.toml: unknown key 'hots'"):
         load_config(cfg, env={})
-    with pytest.raises(SpareError, match="RFT_SPARE_PORT: port must be an integer"):
-        load_config(None, env={"RFT_SPARE_PORT": "ssh"})
+    cfg.write_text('host = "x"\nport = "ssh"\n')
+    with pytest.raises(SpareError, match=r"spare\.toml: port: port must be an integer"):
+        load_config(cfg, env={})
     with pytest.raises(SpareError, match="not found"):
         load_config(tmp_path / "nope.toml", env={})
 
@@ -150,7 +165,7 @@ def test_no_spare_configured_says_how(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "spare.py"), "ls"], capture_output=True, text=True, env=env
     )
-    assert proc.returncode == 2 and "no spare configured: set RFT_SPARE=user@host" in proc.stderr
+    assert proc.returncode == 2 and 'no spare configured: set `host = "user@host"` in spare.toml' in proc.stderr
 
 
 # --- sync and verify -----------------------------------------------------------------------------
@@ -322,23 +337,23 @@ def test_job_command_crosses_ssh_exactly(setup):
 @needs_ssh
 def test_helpful_one_line_failures(setup, sshd, tmp_path):
     s = setup
-    closed = s.cli("ls", env={"RFT_SPARE_PORT": str(_closed_port())})
+    closed = s.cli("ls", settings={"port": _closed_port()})
     assert closed.returncode == 2 and "cannot reach the spare" in closed.stderr
     assert len(closed.stderr.strip().splitlines()) == 1
 
-    gone = s.cli("ls", env={"RFT_SPARE_REPO": str(tmp_path / "no-such-repo")})
+    gone = s.cli("ls", settings={"repo": str(tmp_path / "no-such-repo")})
     assert (
         gone.returncode == 2 and f"repo path {tmp_path / 'no-such-repo'} missing on the spare" in gone.stderr
     )
-    gone = s.cli("sync", env={"RFT_SPARE_REPO": str(tmp_path / "no-such-repo")})
+    gone = s.cli("sync", settings={"repo": str(tmp_path / "no-such-repo")})
     assert gone.returncode == 2 and "missing on the spare" in gone.stderr
 
-    no_py = s.cli("ls", env={"RFT_SPARE_PYTHON": "/nonexistent/bin/python"})
-    assert no_py.returncode == 2 and "set RFT_SPARE_PYTHON" in no_py.stderr
+    no_py = s.cli("ls", settings={"python": "/nonexistent/bin/python"})
+    assert no_py.returncode == 2 and "set `python` in spare.toml" in no_py.stderr
 
     empty = tmp_path / "empty-checkout"
     git(tmp_path, "init", "-q", str(empty))
-    no_cli = s.cli("ls", env={"RFT_SPARE_REPO": str(empty)})
+    no_cli = s.cli("ls", settings={"repo": str(empty)})
     assert no_cli.returncode == 2 and "run `spare.py sync` first" in no_cli.stderr
 
     gpus = s.cli("gpus")
@@ -353,7 +368,7 @@ def test_helpful_one_line_failures(setup, sshd, tmp_path):
     wrapper = tmp_path / "python-without-tmux"
     wrapper.write_text(f'#!/bin/sh\nPATH=/nonexistent exec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
-    no_tmux = s.cli("run", "x", "--", "/bin/true", env={"RFT_SPARE_PYTHON": str(wrapper)})
+    no_tmux = s.cli("run", "x", "--", "/bin/true", settings={"python": str(wrapper)})
     assert no_tmux.returncode == 2
     assert no_tmux.stderr.strip().startswith("spare.py: error: tmux not found on ")
 
@@ -373,7 +388,7 @@ def test_the_watch_reads_a_file_of_the_spares_checkout_over_ssh(setup):
     assert target.read_json("logs/state.json") == {"step": 130}
     with pytest.raises(WatchError, match="cannot read logs/none.json on the spare"):
         target.read_json("logs/none.json")
-    gone = RemoteTarget(Spare(load_config(None, env={**s.env, "RFT_SPARE_REPO": str(s.tmp / "none")})))
+    gone = RemoteTarget(Spare(load_config(s.settings(repo=str(s.tmp / "none")), env={})))
     with pytest.raises(SpareError, match="missing on the spare"):  # the in-repo prelude's exit 97
         gone.read_json("logs/state.json")
 
@@ -392,11 +407,10 @@ def test_local_mode_runs_on_this_machine(setup):
 def test_jobs_get_the_configured_environment_over_ssh(setup, tmp_path):
     """spare.toml [env] on the primary reaches the job on the spare; run --env overrides one variable."""
     s = setup
-    cfg = tmp_path / "primary.toml"
-    cfg.write_text('[env]\nHF_HOME = "/mnt/scratch/hf"\nVLLM_CACHE_DIR = "/mnt/scratch/vllm_cache"\n')
+    caches = {"env": {"HF_HOME": "/mnt/scratch/hf", "VLLM_CACHE_DIR": "/mnt/scratch/vllm_cache"}}
     proc = s.cli("run", "caches", "--wait", "--env", "VLLM_CACHE_DIR=/other/vllm", "--", "bash", "-c",
-                 'echo "$HF_HOME $VLLM_CACHE_DIR"', env={"RFT_SPARE_CONFIG": str(cfg)})
+                 'echo "$HF_HOME $VLLM_CACHE_DIR"', settings=caches)
     assert proc.returncode == 0, proc.stderr
     assert (s.spare / "logs" / "caches.log").read_text() == "/mnt/scratch/hf /other/vllm\n"
-    bad = s.cli("run", "x", "--env", "nothing", "--", "true", env={"RFT_SPARE_CONFIG": str(cfg)})
+    bad = s.cli("run", "x", "--env", "nothing", "--", "true", settings=caches)
     assert bad.returncode == 2 and "--env 'nothing': expected NAME=VALUE" in bad.stderr
