@@ -94,3 +94,26 @@ def judge_server(judge_score):
     """A local Gemini generateContent server (rft/fixtures/judge_server.py), shut down at teardown."""
     with JudgeServer(default_score=judge_score) as server:
         yield server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_run_pointers_left_in_the_checkout():
+    """Launches the tests make through the real scripts write runs/NAME/run.json in this checkout (the pointer
+    monitor.sh and spare.py find a run by): the ones this session wrote for a run under the temp dir are removed
+    at its end (a real run's pointer written meanwhile stays)."""
+    import tempfile
+
+    from rft.launch.run_pointer import POINTER, RUNS, read_pointer
+
+    before = set((ROOT / RUNS).glob(f"*/{POINTER}"))
+    yield
+    tmp = Path(tempfile.gettempdir()).resolve()
+    for path in set((ROOT / RUNS).glob(f"*/{POINTER}")) - before:
+        try:
+            if not read_pointer(path).metrics_dir.resolve().is_relative_to(tmp):
+                continue
+        except ValueError:
+            continue
+        path.unlink(missing_ok=True)
+        if path.parent.is_dir() and not any(path.parent.iterdir()):
+            path.parent.rmdir()
