@@ -54,9 +54,14 @@ class Node:
     """The fake node's state while the blocks run: the clone, its environment, every line's output."""
 
     clone: Path
-    env: dict[str, str]
+    env: dict[str, str] = field(repr=False)
     driver_log: Path
-    outputs: list[tuple[str, subprocess.CompletedProcess]] = field(default_factory=list)
+    outputs: list[tuple[str, subprocess.CompletedProcess]] = field(default_factory=list, repr=False)
+
+    def output(self, line: str) -> str:
+        """stdout and stderr of the one executed line that starts with `line`."""
+        (res,) = [r for ln, r in self.outputs if ln.startswith(line)]
+        return res.stdout + res.stderr
 
 
 def write_data(node: Node) -> None:
@@ -64,7 +69,7 @@ def write_data(node: Node) -> None:
 
 
 def write_watch(node: Node) -> None:
-    write_watch_state(Path(node.env["CKPT_PATH"]))
+    write_watch_state(Path(node.env["DATA_ROOT"]) / "rft_checkpoints" / RUN_NAME)  # the recipe's CKPT_PATH
 
 
 # README line prefix -> (why it cannot run on a fake node, what runs instead: a bash line, a step, or nothing).
@@ -130,7 +135,7 @@ def run_line(node: Node, line: str) -> subprocess.CompletedProcess:
     assign = ASSIGNMENT.fullmatch(line)
     script = f'{line}\nprintf "%s" "${assign.group(1)}"' if assign else line
     res = subprocess.run(["bash", "-c", "set -euo pipefail\n" + script], cwd=node.clone, env=node.env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=180)
     node.outputs.append((line, res))
     flagged = [ln for ln in (res.stdout + res.stderr).splitlines() if re.search(r"\b(ERROR|NEEDS)\b", ln)]
     assert res.returncode == 0, (f"README line failed on the fake node: {line}\n" + "\n".join(flagged)
@@ -279,6 +284,9 @@ def test_readme_first_hour_and_workflow_on_a_fake_node(tmp_path, pristine_openrl
         hub.close()
     py = node.env["PY"]
     assert py == str(clone / ".venv-train" / "bin" / "python")
+    plan = node.output("make train DRY_RUN=1")
+    assert "# prerequisites (rft/launch/prereqs.py)\n  all met" in plan and "would build" in plan  # the node is whole
+    assert "dry run: configuration OK" in node.output("bash train_grpo_20b_a28a.sh --dry-run")
     assert any(p.endswith("/model.safetensors") for p in hub_files)  # the model came through the download
     (launch,) = [json.loads(x) for x in node.driver_log.read_text().splitlines()]
     dry = next(res for line, res in node.outputs if line.endswith("--dry-run") and "SMOKE" not in line)
@@ -287,18 +295,20 @@ def test_readme_first_hour_and_workflow_on_a_fake_node(tmp_path, pristine_openrl
     flags = launch["argv"][3:]
     assert flags[flags.index("--eps_clip") + 1] == "0.2" and flags[flags.index("--num_episodes") + 1] == "1"
     assert flags[flags.index("--prompt_data") + 1] == str(clone / "data" / "sft_rl_pool_400.jsonl")
-    assert "stand-in driver: command recorded" in (clone / "train.log").read_text()
+    log = (clone / "train.log").read_text()
+    assert "tag attempt-28-start created" in log and log.rstrip().endswith("stand-in driver: command recorded")
     assert git(clone, "status", "--porcelain") == ""  # the venv, the data and train.log leave the tree clean
 
-    metrics = Path(node.env["SCRATCH"]) / "rft_metrics" / RUN_NAME
-    node.env.update(METRICS_LOG_DIR=str(metrics), CKPT_PATH=str(Path(node.env["DATA_ROOT"]) / "rft_checkpoints" /
-                                                                RUN_NAME),
-                    VIRTUAL_ENV=str(clone / ".venv-train"), PATH=f"{clone / '.venv-train' / 'bin'}:{node.env['PATH']}")
+    node.env.update(VIRTUAL_ENV=str(clone / ".venv-train"), PATH=f"{clone / '.venv-train' / 'bin'}:{node.env['PATH']}")
+    # the run's folders as the launch prints them (`env   METRICS_LOG_DIR=...`, `--ckpt_path`): the workflow names them
+    node.env.update(METRICS_LOG_DIR=str(Path(node.env["SCRATCH"]) / "rft_metrics" / RUN_NAME),
+                    CKPT_PATH=str(Path(node.env["DATA_ROOT"]) / "rft_checkpoints" / RUN_NAME))
     run_block(node, workflow, used)
     assert used == set(NOT_RUN)
     assert git(clone, "branch", "--show-current") == "attempt-29-lr-1e-6"
-    assert "attempt-29-start" in git(clone, "tag", "--list")
+    assert git(clone, "tag", "--list").split() == ["attempt-28-start", "attempt-29-start"]
     assert len(node.driver_log.read_text().splitlines()) == 2
     note = (clone / "notes" / "attempt-29-lr-1e-6.md").read_text()
     assert BEGIN in note and "best: global_step10_hf" in note
+    assert f"commit `{git(clone, 'rev-parse', 'attempt-29-start')[:12]}`" in note  # the record of the launch
     assert row_marker("29") in (clone / "rl_grpo_research.md").read_text()
