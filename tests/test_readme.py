@@ -228,7 +228,8 @@ def fake_node(tmp: Path, wheels: Path, hub_url: str) -> dict[str, str]:
     (site / "sitecustomize.py").write_text(NODE_HOST)
     drop = ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON", "PYTHONPATH", "CUDA_HOME", "CUDA_PATH", "ATTEMPT", "RAY_ADDRESS",
             "METRICS_LOG_DIR", "SAMPLES_LOG_DIR", "SPIKE_LOG_PATH", "CKPT_PATH", "SAVE_PATH", "RUN_NAME", "DATA_DIR",
-            *CACHE_DIRS)
+            "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "DS_ACCELERATOR",
+            *CACHE_DIRS)  # what this session's other tests may have set: a user's shell on the node has none of it
     env = {k: v for k, v in os.environ.items()
            if k not in drop and not k.startswith(("PIP_", "MAKE", "RFT_", "HF_", "SMOKE", "GIT_"))}
     keep = [d for d in env["PATH"].split(":") if d and not any((Path(d) / t).exists() for t in ("nvcc", "nvidia-smi"))]
