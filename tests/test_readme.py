@@ -65,10 +65,12 @@ class Node:
 
 
 def write_data(node: Node) -> None:
+    """The data files the scripts read, as prepare_sft_data.py names them (tests/launch/rows.py)."""
     write_launch_data(node.clone / "data")
 
 
 def write_watch(node: Node) -> None:
+    """What `spare.py watch` leaves in the run's checkpoint folder: checkpoint_eval.json."""
     write_watch_state(Path(node.env["DATA_ROOT"]) / "rft_checkpoints" / RUN_NAME)  # the recipe's CKPT_PATH
 
 
@@ -123,6 +125,7 @@ def block_commands(readme: str, heading: str) -> list[str]:
 
 
 def not_run_row(command: str) -> str | None:
+    """The NOT_RUN prefix `command` starts with, if any."""
     return next((p for p in NOT_RUN if command.startswith(p)), None)
 
 
@@ -146,6 +149,7 @@ def run_line(node: Node, line: str) -> subprocess.CompletedProcess:
 
 
 def run_block(node: Node, commands: list[str], used: set[str]) -> None:
+    """Each command in order: executed, or its NOT_RUN row's stand-in (the row added to `used`)."""
     for command in commands:
         row = not_run_row(command)
         if row is None:
