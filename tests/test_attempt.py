@@ -11,6 +11,7 @@ from rft.attempt import BEGIN, END, RecordError, main, replace_block, row_marker
 from rft.launch.run_pointer import write_pointer
 from rft.provenance import REPO_ROOT as ROOT
 from tests.monitor.metric_logs import write_scenario
+from tests.support.watch_state import write_watch_state
 
 LOG = """# Research log
 
@@ -67,35 +68,7 @@ def test_the_command_writes_note_and_log_from_the_run_and_the_watch(tmp_path):
         )
     )
     ckpts = tmp_path / "ckpt"
-    ckpts.mkdir()
-    cell = {
-        "dataset": "ood",
-        "mode": "greedy_pass@1",
-        "headline": "pass@1",
-        "figures": {"pass@1": {"value": 0.5, "ci95": [0.4, 0.6]}},
-        "rates": {"boxed": 1.0},
-    }
-    (ckpts / "checkpoint_eval.json").write_text(
-        json.dumps(
-            {
-                "baseline": {"name": "base", "cells": [cell]},
-                "checkpoints": {
-                    "global_step10_hf": {
-                        "step": 10,
-                        "status": "evaluated",
-                        "log": "l",
-                        "cells": [
-                            {
-                                **cell,
-                                "figures": {"pass@1": {"value": 0.6, "ci95": [0.5, 0.7]}},
-                                "vs_baseline": {"baseline": "base", "delta": 0.1, "ci95": [0.02, 0.18]},
-                            }
-                        ],
-                    }
-                },
-            }
-        )
-    )
+    write_watch_state(ckpts)
     args = ["29", "--metrics", str(metrics), "--checkpoints", str(ckpts), "--repo", str(repo)]
     assert main(args) == 0
     text = note.read_text()

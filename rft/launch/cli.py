@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -292,7 +293,8 @@ def _check_and_launch(ns: argparse.Namespace, profile: Profile, rest: list[str],
     # a launch script started as a background job of a non-interactive shell has SIGINT ignored; the driver
     # gets it back, so `monitor.sh --end-on-stop` can interrupt it
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.execvp(prefix[0], prefix + rest)
+    argv = [*shlex.split(os.environ.get("RFT_LAUNCH_WRAPPER", "")), *prefix, *rest]  # the driver, or it wrapped
+    os.execvp(argv[0], argv)
     return 0  # not reached
 
 

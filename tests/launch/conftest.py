@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rft.io import atomic_write_jsonl
 from rft.provenance import REPO_ROOT as ROOT
-from tests.launch.rows import rows
+from tests.launch.rows import write_launch_data
 from tests.support.git import git
 
 
@@ -39,16 +38,7 @@ def patched_root(pristine_openrlhf_root, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
     """Tiny data files with the names the scripts expect; train and eval disjoint."""
-    d = tmp_path_factory.mktemp("data")
-    # 16 prompts: long enough for every recipe's LR preflight at its episode count (see test_full_pool_...).
-    atomic_write_jsonl(d / "sft_rl_pool.jsonl", rows("pool", 16))
-    atomic_write_jsonl(d / "sft_rl_pool_400.jsonl", rows("pool", 400))
-    atomic_write_jsonl(d / "probe_set_200_ood.jsonl", [{**r, "datasource": "probe_ood"} for r in rows("ood", 10)])
-    atomic_write_jsonl(d / "gsm8k_rl_pool.jsonl", rows("gsm", 300))
-    atomic_write_jsonl(d / "gsm8k_eval.jsonl", rows("gsmeval", 10))
-    atomic_write_jsonl(d / "sft_train.jsonl", rows("sft", 20, output=True))
-    atomic_write_jsonl(d / "sft_dev.jsonl", rows("dev", 5, output=True))
-    return d
+    return write_launch_data(tmp_path_factory.mktemp("data"))
 
 
 @pytest.fixture

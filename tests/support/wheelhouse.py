@@ -103,12 +103,66 @@ def recipe_pins() -> dict[str, str]:
     return pins
 
 
-def build_wheelhouse(dest: Path, openrlhf_source: Path) -> Path:
+SITE_PTH = "rft_tests_real_site.pth"
+"""A linked wheelhouse's torch stand-in carries it: a .pth importing REAL_SITE's module."""
+REAL_SITE = """import os
+import sys
+from importlib.machinery import PathFinder
+from importlib.metadata import DistributionFinder, MetadataPathFinder
+
+
+class CudaAsTold:
+    \"\"\"The real torch's loader; torch.cuda.is_available() then answers $RFT_STANDIN_CUDA == "1".\"\"\"
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        module.cuda.is_available = lambda: os.environ.get("RFT_STANDIN_CUDA") == "1"
+
+
+class RealSite:
+    \"\"\"Last on sys.meta_path: a top-level module nothing else found is looked up in {site}.\"\"\"
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        spec = None if "." in name else PathFinder.find_spec(name, [{site!r}])
+        if spec is not None and name == "torch":
+            spec.loader = CudaAsTold(spec.loader)
+        return spec
+
+    @staticmethod
+    def find_distributions(context=DistributionFinder.Context()):
+        \"\"\"A distribution asked by name (a real package's own version checks), after the venv's; never in a
+        listing of all, so pip sees the venv alone.\"\"\"
+        if context.name is None:
+            return iter(())
+        return MetadataPathFinder.find_distributions(DistributionFinder.Context(name=context.name, path=[{site!r}]))
+
+
+sys.meta_path.append(RealSite)
+"""
+FAKED = ("deepspeed", "vllm", "openrlhf")
+"""What a linked wheelhouse still fakes: DeepSpeed's CUDA build, vLLM (no CPU build in the real site) and openrlhf
+(the pristine files, patched in the venv); the real torch's CUDA answers as the stand-in's (REAL_SITE)."""
+
+
+def build_wheelhouse(dest: Path, openrlhf_source: Path, real_site: Path | None = None) -> Path:
     """The wheelhouse: a stand-in per recipe_pins() entry (openrlhf carrying `openrlhf_source`'s pristine package,
-    so apply_patches.sh patches real files), setuptools, wheel and packaging from this interpreter."""
+    so apply_patches.sh patches real files), setuptools, wheel and packaging from this interpreter.
+    With `real_site` (linked): only FAKED carry modules; every other stand-in is its name, version and metadata,
+    and the torch stand-in's SITE_PTH adds a finder of last resort for top-level modules in `real_site`, so their
+    imports find the real CPU packages there while pip, `pip check` and the version checks see only the pins (a
+    finder has no distributions: `real_site` is not on sys.path)."""
     dest.mkdir(parents=True, exist_ok=True)
     special = {
-        "torch": {"torch/__init__.py": TORCH.encode()},
+        "torch": ({SITE_PTH: b"import rft_tests_real_site\n",
+                   "rft_tests_real_site.py": REAL_SITE.format(site=str(real_site)).encode()}
+                  if real_site else {"torch/__init__.py": TORCH.encode()}),
         "deepspeed": {"deepspeed/__init__.py": DEEPSPEED.encode(), "deepspeed/ops/__init__.py": b"",
                       "deepspeed/ops/op_builder/__init__.py": OP_BUILDER.encode()},
         "openrlhf": {f"openrlhf/{p.relative_to(openrlhf_source).as_posix()}": p.read_bytes()
@@ -116,7 +170,8 @@ def build_wheelhouse(dest: Path, openrlhf_source: Path) -> Path:
     }
     for dist, version in recipe_pins().items():
         module = re.sub(r"[-.]+", "_", dist).lower()
-        files = special.get(dist, {f"{module}/__init__.py": f"__version__ = {version!r}\n".encode()})
+        own = {} if real_site and dist not in FAKED else {f"{module}/__init__.py": f"__version__ = {version!r}\n".encode()}
+        files = special.get(dist, own)
         write_wheel(dest, dist, version, files, extras=("default",) if dist == "ray" else (),
                     requires=("einops",) if dist == "openrlhf" else ())  # as the real one: the flash_attn stand-in's
     for dist in ("setuptools", "wheel", "packaging"):  # the real build tools and what wheel requires
