@@ -9,7 +9,7 @@ rename, FusedAdam, apply_patches.sh) from a linked wheelhouse (tests/support/whe
 distribution under its pinned name and version, metadata only, and a .pth to this interpreter's site-packages,
 so `import numpy`, `huggingface_hub`, `transformers` load the real CPU packages while pip, `pip check` and the
 version checks see the pins; torch (CUDA), DeepSpeed (its CUDA build), vLLM (no CPU build there) and openrlhf
-(the pristine 0.9.3 files the series patches) stay stand-ins. The model: the real `rft.launch.download` and
+(the pristine 0.9.3 files the series patches) stay stand-ins. The model: the real `rft.provision.download` and
 huggingface_hub against a local Hub (tests/support/hub_server.py, HF_ENDPOINT). DATA_ROOT and SCRATCH in tmp.
 A real launch ends in the exec of OpenRLHF's driver; here RFT_LAUNCH_WRAPPER (docs/configuration.md) names a
 stand-in driver that records the command and writes the metrics a run would, then exits.
@@ -17,7 +17,7 @@ stand-in driver that records the command and writes the metrics a run would, the
 A line is either executed literally or matched by a NOT_RUN prefix, whose row says why and what runs instead; a
 NOT_RUN row that matches no README line fails, so does any executed line that fails: a README edit that breaks the
 sequence fails here. The workflow runs in the same clone after the first hour, in the activated .venv-train (its
-`python`), with METRICS_LOG_DIR and CKPT_PATH exported as the launch prints them.
+`python`); its commands find the run from the pointer the launch writes (`runs/RUN_NAME/run.json`).
 """
 
 from __future__ import annotations
@@ -78,15 +78,11 @@ def write_watch(node: Node) -> None:
 NOT_RUN: dict[str, tuple[str, str | Callable[[Node], None] | None]] = {
     "make rehearse": ("network and an 11 GB download (scripts/rehearse.py; its table is docs/verified.md)", None),
     "$PY prepare_sft_data.py": ("reads the public datasets over the network", write_data),
-    "python prepare_sft_data.py": ("reads the public datasets over the network", write_data),
     "SMOKE=1 bash train_grpo_20b_a28a.sh": ("the GPUs and the real engine: SMOKE PASS is the LoRA sync landing",
                                             "SMOKE=1 bash train_grpo_20b_a28a.sh --dry-run"),
-    "bash monitor.sh": ("--follow never ends", 'bash monitor.sh "$METRICS_LOG_DIR" --table'),
+    "bash monitor.sh --follow": ("--follow never ends", "bash monitor.sh --table"),
     "python spare.py watch": ("the spare node (ssh, GPUs) and it never ends; tests/spare run it over ssh to "
                               "127.0.0.1", write_watch),
-    "python spare.py sync": ("the spare node (tests/spare cover it)", None),
-    "python spare.py run": ("the spare node and its GPUs (tests/spare cover it)", None),
-    "python spare.py tail": ("the spare node (tests/spare cover it)", None),
 }
 
 
@@ -305,9 +301,6 @@ def test_readme_first_hour_and_workflow_on_a_fake_node(tmp_path, pristine_openrl
     assert git(clone, "status", "--porcelain") == ""  # the venv, the data and train.log leave the tree clean
 
     node.env.update(VIRTUAL_ENV=str(clone / ".venv-train"), PATH=f"{clone / '.venv-train' / 'bin'}:{node.env['PATH']}")
-    # the run's folders as the launch prints them (`env   METRICS_LOG_DIR=...`, `--ckpt_path`): the workflow names them
-    node.env.update(METRICS_LOG_DIR=str(Path(node.env["SCRATCH"]) / "rft_metrics" / RUN_NAME),
-                    CKPT_PATH=str(Path(node.env["DATA_ROOT"]) / "rft_checkpoints" / RUN_NAME))
     run_block(node, workflow, used)
     assert used == set(NOT_RUN)
     assert git(clone, "branch", "--show-current") == "attempt-29-lr-1e-6"
