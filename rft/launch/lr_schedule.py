@@ -369,17 +369,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> int:
-    """CLI: print the schedule report; exit 1 when the preflight fails, 2 on bad input or a removed variable set."""
+    """CLI: print the schedule report; exit 1 when the preflight fails, 2 on bad input or a removed variable without a flag form."""
     from rft.launch.openrlhf_cli import FlagError, parse_args
-    from rft.launch.removed import as_flags, still_set
+    from rft.launch.removed import as_flags, still_set, untranslated
 
     environ = dict(os.environ if environ is None else environ)
     argv = sys.argv[1:] if argv is None else argv
     if leftovers := still_set(environ):
-        print("\n".join(f"preflight_lr: {ln}" for ln in leftovers), file=sys.stderr)
-        if flags := as_flags(environ):
-            print(f"preflight_lr: as flags: bash preflight_lr.sh {' '.join([*flags, *argv])}", file=sys.stderr)
-        return 2
+        if untranslated(environ):  # a removed name with no flag form (only `NAME=N` rows translate)
+            print("\n".join(f"preflight_lr: {ln}" for ln in leftovers), file=sys.stderr)
+            return 2
+        argv = [*as_flags(environ), *argv]  # the ops guide's documented form: read as its flags, said in one line
+        print(f"preflight_lr: the guide's variables, as flags: bash preflight_lr.sh {' '.join(argv)}", file=sys.stderr)
     ours, rest = build_parser().parse_known_args(argv)
     try:
         args = parse_args(NEUTRAL_FLAGS + rest).args

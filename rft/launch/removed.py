@@ -88,6 +88,11 @@ def as_flags(env: Mapping[str, str]) -> list[str]:
     return flags
 
 
+def untranslated(env: Mapping[str, str]) -> list[str]:
+    """The removed names `env` sets that `as_flags` cannot turn into flags (rows not of the `NAME=N` form)."""
+    return [removed_name(old) for old, _ in REMOVED if removed_name(old) in env and not old.endswith("=N")]
+
+
 def still_set(env: Mapping[str, str]) -> list[str]:
     """One line for each removed variable `env` still sets: its name, the new way, and the page's row."""
     return [f"{removed_name(old)} is set but no longer read: {old} is now {new} ({PAGE}); unset it"

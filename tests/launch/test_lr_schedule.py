@@ -169,7 +169,7 @@ def test_total_steps_equal_openrlhf_prepare_datasets(tmp_path):
 
 def run_sh(env_extra: dict, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHON": sys.executable, **env_extra}
-    for var in ("POOL", "NS", "TBS", "EP", "WARMUP", "LR", "RBS", "MAX_EPOCHS", "LORA_RANK"):
+    for var in ("POOL", "NS", "TBS", "EP", "WARMUP", "LR", "RBS", "MAX_EPOCHS", "LORA_RANK", "PROMPT_HISTORY"):
         if var not in env_extra:
             env.pop(var, None)
     return subprocess.run(["bash", str(ROOT / "preflight_lr.sh"), *args], capture_output=True, text=True, env=env)
@@ -192,17 +192,24 @@ def test_shell_documented_form():
     assert bad.returncode == 1 and "ABORT: total scheduler steps 20 < warm-up 1 + 20" in bad.stdout
 
 
-def test_shell_short_variables_are_refused_with_the_same_command_as_flags():
-    """The guide's `POOL=400 NS=8 TBS=16 EP=1 WARMUP=0.05 LR=5e-7 bash preflight_lr.sh`: exit 2, one line per
-    variable naming its flag, and the whole command as flags, which passes."""
+def test_shell_the_guides_variables_run_as_their_flags_said_in_one_line():
+    """The ops guide's `POOL=400 NS=8 TBS=16 EP=1 WARMUP=0.05 LR=5e-7 bash preflight_lr.sh` runs the check; one line
+    gives the same command as flags, which gives the same report."""
     res = run_sh({"POOL": "400", "NS": "8", "TBS": "16", "EP": "1", "WARMUP": "0.05", "LR": "5e-7"}, "--check-step", "20")
-    assert res.returncode == 2 and res.stdout == ""
-    assert "preflight_lr: NS is set but no longer read: NS=N is now --n_samples_per_prompt N" in res.stderr
-    assert sum(ln.startswith("preflight_lr: ") and "no longer read" in ln for ln in res.stderr.splitlines()) == 6
-    command = res.stderr.splitlines()[-1].removeprefix("preflight_lr: as flags: ")
+    assert res.returncode == 0, res.stderr
+    (line,) = res.stderr.splitlines()
+    command = line.removeprefix("preflight_lr: the guide's variables, as flags: ")
     assert command.split() == ["bash", "preflight_lr.sh", *schedule_flags(), "--check-step", "20"]
     again = run_sh({}, *command.split()[2:])
-    assert again.returncode == 0 and "total scheduler steps     200" in again.stdout
+    assert again.returncode == 0 and again.stdout == res.stdout and "total scheduler steps     200" in res.stdout
+    bad = run_sh({"POOL": "40", "NS": "8", "TBS": "16", "EP": "1", "WARMUP": "0.05", "LR": "5e-7"})
+    assert bad.returncode == 1 and "ABORT" in bad.stdout
+
+
+def test_shell_a_removed_variable_without_a_flag_form_is_refused():
+    res = run_sh({"NS": "8", "PROMPT_HISTORY": "1"}, *schedule_flags())
+    assert res.returncode == 2 and res.stdout == ""
+    assert "preflight_lr: PROMPT_HISTORY is set but no longer read: PROMPT_HISTORY=1 is now --prompt_history" in res.stderr
 
 
 def test_shell_launch_flags_count_the_pool(tmp_path):
