@@ -1,4 +1,5 @@
-"""Shared fixtures: the pristine and the patched OpenRLHF 0.9.3, a gloo world, the local judge server; the two suites.
+"""Shared fixtures: the pristine and the patched OpenRLHF 0.9.3 (and a copy patched by apply_patches.sh), a gloo world,
+the local judge server, tiny launch data files, a git repository; the two suites.
 
 `make test` runs two suites: `-m "not vllm"` in .venv, and `-m vllm` in .venv-vllm with RFT_VLLM_SUITE=1. In the
 vLLM suite a missing or stand-in vLLM is an error, never a skip; elsewhere `vllm` tests are skipped with the reason.
@@ -8,13 +9,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from rft.fixtures.judge_server import JudgeServer
 from rft.fixtures.openrlhf_wheel import unpack_pristine_openrlhf
+from rft.io import atomic_write_jsonl
+from tests.support.git import git
 from tests.support.processes import restore_default_sigint
+from tests.support.rows import rows
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_SUITE_ENV = "RFT_VLLM_SUITE"
@@ -94,3 +99,44 @@ def judge_server(judge_score):
     """A local Gemini generateContent server (rft/fixtures/judge_server.py), shut down at teardown."""
     with JudgeServer(default_score=judge_score) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def patched_root(pristine_openrlhf_root, tmp_path_factory) -> Path:
+    """A copy of the pristine 0.9.3 package with our whole patch series applied by apply_patches.sh."""
+    dest = tmp_path_factory.mktemp("openrlhf-patched")
+    shutil.copytree(pristine_openrlhf_root / "openrlhf", dest / "openrlhf")
+    res = subprocess.run(["bash", str(ROOT / "apply_patches.sh"), "--target", str(dest)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return dest
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    """Tiny data files with the names the scripts expect; train and eval disjoint."""
+    d = tmp_path_factory.mktemp("data")
+    # 16 prompts: long enough for every recipe's LR preflight at its episode count (see test_full_pool_...).
+    atomic_write_jsonl(d / "sft_rl_pool.jsonl", rows("pool", 16))
+    atomic_write_jsonl(d / "sft_rl_pool_400.jsonl", rows("pool", 400))
+    atomic_write_jsonl(d / "probe_set_200_ood.jsonl", [{**r, "datasource": "probe_ood"} for r in rows("ood", 10)])
+    atomic_write_jsonl(d / "gsm8k_rl_pool.jsonl", rows("gsm", 300))
+    atomic_write_jsonl(d / "gsm8k_eval.jsonl", rows("gsmeval", 10))
+    atomic_write_jsonl(d / "sft_train.jsonl", rows("sft", 20, output=True))
+    atomic_write_jsonl(d / "sft_dev.jsonl", rows("dev", 5, output=True))
+    return d
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    """A git repository on branch attempt-07-tight-clip with one commit."""
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    git(r, "config", "user.email", "t@example.com")
+    git(r, "config", "user.name", "t")
+    (r / "train.sh").write_text("echo hi\n")
+    git(r, "add", ".")
+    git(r, "commit", "-q", "-m", "init")
+    git(r, "checkout", "-q", "-b", "attempt-07-tight-clip")
+    return r

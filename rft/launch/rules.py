@@ -17,20 +17,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rft.data.problems import problem_hash
 from rft.io import iter_jsonl_lines, sha256_file
 from rft.launch.judge_check import judge_rule
-from rft.launch.lr_schedule import evaluate, report, schedule_from_args, suggest, suggestion_line
-from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, installed_root, openrlhf_root, parse_args
-from rft.launch.train_options import (
+from rft.plan.lr_schedule import evaluate, report, schedule_from_args, suggest, suggestion_line
+from rft.plan.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, installed_root, openrlhf_root, parse_args
+from rft.plan.train_options import (
     aggregation_in_force,
     describe,
     rollout_lag,
     served_lora_rank,
     uses_actor_as_reference,
 )
-from rft.launch.transport import env_warnings, nccl_env, read_topology, topology_warnings
-from rft.problems import problem_hash
 from rft.provenance import REPO_ROOT, patch_state
+from rft.provision.transport import env_warnings, nccl_env, read_topology, topology_warnings
 from rft.reward.settings import RewardSettingsError, load_settings
 
 GIB = 1024**3
@@ -45,7 +45,7 @@ class Profile:
     min_free_disk_gib: float
     sft_gpus: int = 0  # GPUs the DeepSpeed launcher uses (sft only)
     cpu: bool = False  # the CPU demonstration: logical GPUs in a private Ray, no attempt tag, dirty tree allowed
-    data_disk: bool = False  # the node's layout: outputs and caches (rft/launch/caches.py) under $DATA_ROOT
+    data_disk: bool = False  # the node's layout: outputs and caches (rft/provision/caches.py) under $DATA_ROOT
 
 
 PROFILES = {
@@ -127,7 +127,7 @@ def attention_rule(args: argparse.Namespace, argv: list[str]) -> tuple[list[str]
         )
         default = "" if "--attn_implementation" in argv else " (OpenRLHF's default)"
         return [f"--attn_implementation {impl}{default} {why}; use --attn_implementation eager"], []
-    if impl not in ("eager", "rft_eager_fp32", "rft_flex"):  # rft.attention.PATHS: sinks kept in both passes
+    if impl not in ("eager", "rft_eager_fp32", "rft_flex"):  # rft.gptoss.attention.PATHS: sinks kept in both passes
         return [], [
             f"--attn_implementation {impl}: make sure it honours gpt-oss attention sinks in forward and backward"
         ]
@@ -243,7 +243,7 @@ def looks_local(path: str | None) -> bool:
 
 def model_rule(a: argparse.Namespace, rep: Report) -> None:
     """The actor checkpoint (--pretrain) and the one vLLM serves (--vllm_pretrain): present, and how MXFP4 loads."""
-    from rft.mxfp4 import is_mxfp4_checkpoint
+    from rft.gptoss.mxfp4 import is_mxfp4_checkpoint
 
     actor, served = a.pretrain, getattr(a, "vllm_pretrain", None) or a.pretrain
     if actor != served:
@@ -261,8 +261,8 @@ def model_rule(a: argparse.Namespace, rep: Report) -> None:
 
 def host_ram_rule(profile: Profile, a: argparse.Namespace) -> list[str]:
     """Host RAM available now against what the profile holds at once: the figures `make train` checks
-    (rft/launch/prereqs.py host_ram_terms), with this command's --offload, --zero_stage and --ref_from_actor."""
-    from rft.launch.prereqs import host_ram_problem, mem_available_gib
+    (rft/provision/prereqs.py host_ram_terms), with this command's --offload, --zero_stage and --ref_from_actor."""
+    from rft.provision.prereqs import host_ram_problem, mem_available_gib
 
     if profile.name not in ("20b", "120b"):
         return []
@@ -445,7 +445,7 @@ def gpu_inventory() -> list[dict] | None:
 
 def transport_rule(env: Mapping[str, str], gpus: int, nodes: int, rep: Report, facts: dict) -> None:
     """The GPU topology and the NCCL_* environment into the run record; a GPU pair without NVLink or a variable
-    that turns a transport off is a warning (rft/launch/transport.py)."""
+    that turns a transport off is a warning (rft/provision/transport.py)."""
     topology = read_topology(dict(env))
     facts["gpu_topology"], facts["nccl_env"] = topology, nccl_env(dict(env))
     rep.warnings += topology_warnings(topology, gpus) + env_warnings(dict(env), nodes)

@@ -12,7 +12,7 @@ import pytest
 from rft.fixtures.reward_files import write_reward_toml
 from rft.io import atomic_write_jsonl
 from rft.launch import rules
-from rft.launch.openrlhf_cli import FlagError, parse_args
+from rft.plan.openrlhf_cli import FlagError, parse_args
 from rft.provenance import REPO_ROOT as ROOT
 
 
@@ -200,7 +200,7 @@ def test_truncated_sampling_is_warned_naming_the_consequence(patched_root, monke
 
 def test_loss_aggregation_flag_is_validated_by_the_patched_parser(patched_root, monkeypatch):
     """An explicit window aggregation on a dynamic batch is refused by OpenRLHF's own (patched) validation."""
-    from rft.launch.openrlhf_cli import FlagError
+    from rft.plan.openrlhf_cli import FlagError
 
     monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
     base = ["--pretrain", "m", "--remote_rm_url", "r.py", "--vllm_num_engines", "1", "--advantage_estimator",

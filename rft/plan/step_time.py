@@ -1,7 +1,7 @@
 """Predicted seconds per phase of one GRPO step of a gpt-oss launch, beside the memory plan, and the levers'
 predicted effect.
 
-Arithmetic on the recipe (`rft.launch.memory_plan`'s shapes and flags) and on stated device figures (`FIGURES`,
+Arithmetic on the recipe (`rft.plan.memory_plan`'s shapes and flags) and on stated device figures (`FIGURES`,
 each with its source; override any of them with a TOML file, `--device-figures FILE` or $RFT_DEVICE_FIGURES).
 The phases carry the names of the measured `time_*_s` metric keys. Nothing here was measured on the node; the
 first GPU run's timings calibrate it (docs/step-time.md).
@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rft.io import flag_value
-from rft.launch.memory_plan import (
+from rft.plan.memory_plan import (
     EAGER_FP32,
     FLEX,
     GIB,
@@ -506,7 +506,7 @@ def render(pr: Prediction, figures_path: str | Path | None = None) -> str:
         if a.async_train else "the sum (synchronous trainer)"
     lo, hi = pr.low, pr.high
     out = [
-        f"# step-time model ({pr.shape.name}; rft/launch/step_time.py, docs/step-time.md; estimates from stated "
+        f"# step-time model ({pr.shape.name}; rft/plan/step_time.py, docs/step-time.md; estimates from stated "
         f"device figures, not measured; ${FIGURES_ENV} overrides them):",
         f"predicted step time: {lo['step'] / 60:.1f}-{hi['step'] / 60:.1f} min over the figures' spread "
         f"({p['step'] / 60:.1f} at the stated figures)",
@@ -593,7 +593,7 @@ def step_block(argv: list[str], figures_path: str | None, facts: dict, warnings:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m rft.launch.step_time",
+    p = argparse.ArgumentParser(prog="python -m rft.plan.step_time",
                                 description="Predict the seconds per phase of one GRPO step of a gpt-oss recipe.")
     p.add_argument("--device-figures", default=os.environ.get(FIGURES_ENV),
                    help=f"TOML file of `figure = value` lines over the stated figures (default ${FIGURES_ENV})")

@@ -395,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> int:
     """CLI: print the schedule report; exit 1 when the preflight fails, 2 on bad input."""
-    from rft.launch.openrlhf_cli import FlagError, parse_args
+    from rft.plan.openrlhf_cli import FlagError, parse_args
 
     environ = dict(os.environ if environ is None else environ)
     ours, rest = build_parser().parse_known_args(sys.argv[1:] if argv is None else argv)

@@ -1,4 +1,4 @@
-"""rft/launch/prereqs.py: each gap of the node named with its fix, read from fake tools; and the flash_attn
+"""rft/provision/prereqs.py: each gap of the node named with its fix, read from fake tools; and the flash_attn
 stand-in wheel train_env installs: pip takes it for OpenRLHF's flash-attn==2.8.3, its kernels raise, and the
 launch refuses what would call them."""
 
@@ -13,11 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from rft.launch import cpu_profile, prereqs, supervise
-from rft.launch.prereqs import MIN_PYTHON, Host, problems, read_host
+from rft.launch import cpu_profile, supervise
 from rft.launch.rules import flash_attn_rule
-from rft.launch.train_env import STANDIN_VERSION, build_standin_wheel
 from rft.provenance import REPO_ROOT as ROOT
+from rft.provision import prereqs
+from rft.provision.prereqs import MIN_PYTHON, Host, problems, read_host
+from rft.provision.train_env import STANDIN_VERSION, build_standin_wheel
 
 GOOD = Host(python_version=(3, 12, 3), python="python3", gpus=8, driver=(570, 133, 20), nvcc_release=(12, 8),
             shm_gib=64.0, nofile=(1048576, 1048576), mem_available_gib=1900.0, cache_dir=Path("/mnt/data/hf"),

@@ -1,4 +1,4 @@
-"""rft/launch/step_time.py: the phases and their sum, the model's monotonicity, async against sync, the figures'
+"""rft/plan/step_time.py: the phases and their sum, the model's monotonicity, async against sync, the figures'
 overrides and calibration, and the block both gpt-oss dry runs print."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from rft.launch.memory_plan import SHAPES
-from rft.launch.step_time import (
+from rft.plan.memory_plan import SHAPES
+from rft.plan.step_time import (
     FIGURES,
     FIGURES_ENV,
     MEASURED_TOKENS,
@@ -246,7 +246,7 @@ def test_the_decode_figure_says_it_is_borrowed():
 
 def test_the_transport_floor_is_the_rate_at_which_gathers_are_half_the_step():
     """docs/step-time.md#the-transport: 20b 160 gathers of 31.4 GB a step; at the floor they equal the rest."""
-    from rft.launch.step_time import gather_count, gather_floor, gather_s
+    from rft.plan.step_time import gather_count, gather_floor, gather_s
 
     pr = predict(RECIPE_20B, DEFAULTS)
     a = pr.recipe
@@ -262,13 +262,13 @@ def test_the_transport_floor_is_the_rate_at_which_gathers_are_half_the_step():
 def test_the_attention_path_scales_the_trainer_and_the_dry_run_names_it():
     """docs/attention.md#the-trainer-paths-on-one-gpu: rft_eager_fp32's micro-step 5.90 s and forward 1.80 s against
     eager's 5.21 and 1.62 on one H100; the block names the path, its factors and the memory plan's difference."""
-    from rft.launch.step_time import render
+    from rft.plan.step_time import render
 
     eager = predict([*RECIPE_20B, "--attn_implementation", "eager"], DEFAULTS)
     fp32 = predict([*RECIPE_20B, "--attn_implementation", "rft_eager_fp32"], DEFAULTS)
     assert DEFAULTS["eager_fp32_train_factor"] == pytest.approx(5.90 / 5.21, abs=0.005)
     assert DEFAULTS["eager_fp32_forward_factor"] == pytest.approx(1.80 / 1.62, abs=0.005)
-    from rft.launch.step_time import sequence_tokens
+    from rft.plan.step_time import sequence_tokens
 
     a = eager.recipe
     per_micro = compute_s(train_flops(eager.shape, sequence_tokens(a, DEFAULTS), True), DEFAULTS)

@@ -19,8 +19,8 @@ from transformers import get_scheduler
 
 from rft.fixtures.patched_openrlhf import stub_env
 from rft.io import atomic_write_jsonl
-from rft.launch import lr_schedule
-from rft.launch.lr_schedule import (
+from rft.plan import lr_schedule
+from rft.plan.lr_schedule import (
     ENV_FLAGS,
     NEUTRAL_FLAGS,
     Schedule,
@@ -35,7 +35,7 @@ from rft.launch.lr_schedule import (
     schedule_from_args,
     suggest,
 )
-from rft.launch.openrlhf_cli import known_flags, parse_args
+from rft.plan.openrlhf_cli import known_flags, parse_args
 from rft.provenance import REPO_ROOT as ROOT
 
 HANG_S = 30  # far above any fast test here (about 1 s on 2 busy cores)
@@ -145,7 +145,7 @@ def test_total_steps_equal_openrlhf_prepare_datasets(tmp_path):
     script = textwrap.dedent(f"""
         import argparse
         from openrlhf.trainer.ppo_trainer import prepare_datasets
-        from rft.launch.lr_schedule import schedule_from_args
+        from rft.plan.lr_schedule import schedule_from_args
         class Strategy:
             def __init__(self, args): self.args = args
             def print(self, *a): pass
@@ -595,7 +595,7 @@ def test_main_pool_flag_overrides_pool_env(capsys):
 
 
 def test_main_reads_sys_argv_and_os_environ(monkeypatch, capsys):
-    """Called with no arguments (as `python -m rft.launch.lr_schedule`), it reads the command line and the env."""
+    """Called with no arguments (as `python -m rft.plan.lr_schedule`), it reads the command line and the env."""
     for k, v in {**SLOW_ENV, "WARMUP": "0.05"}.items():
         monkeypatch.setenv(k, v)
     for k in ("RBS", "MAX_EPOCHS", "LORA_RANK"):

@@ -4,7 +4,7 @@ Read before anything downloads (`make train`, `make train-env`, `make train DRY_
 built from and its C headers (`Python.h`), a GPU at all (`nvidia-smi -L`), the NVIDIA driver, a CUDA 12 `nvcc` and
 a C++ compiler (DeepSpeed JIT-builds FusedAdam and raises without them),
 /dev/shm (NCCL and Ray's object store), the GPU topology and the NCCL_* variables that turn a transport off
-(warnings, rft/launch/transport.py), the open-file limit, host RAM (rank 0 of the actor and of the reference
+(warnings, rft/provision/transport.py), the open-file limit, host RAM (rank 0 of the actor and of the reference
 each dequantize the MXFP4 checkpoint on the host at once) and disk for the model cache and the venv.
 Stdlib only: it runs before any environment exists, on the node's python3 whatever its version.
 """
@@ -19,8 +19,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rft.launch.caches import cache_env
-from rft.launch.transport import env_warnings, nccl_env, read_topology, topology_warnings
+from rft.provision.caches import cache_env
+from rft.provision.transport import env_warnings, nccl_env, read_topology, topology_warnings
 
 MIN_PYTHON = (3, 11)  # pyproject's requires-python
 MIN_DRIVER = (525, 60, 13)  # CUDA 12.x minor-version compatibility floor (NVIDIA's CUDA compatibility guide)
@@ -100,7 +100,7 @@ class Host:
     cache_free_gib: float | None
     venv_free_gib: float | None
     notes: list[str] = field(default_factory=list)
-    topology: str | None = None  # `nvidia-smi topo -m` (rft/launch/transport.py)
+    topology: str | None = None  # `nvidia-smi topo -m` (rft/provision/transport.py)
     nccl: dict[str, str] = field(default_factory=dict)  # the NCCL_* environment
     nodes: int = 1  # $NODES: the network transports matter from 2
     cxx: str | None = None  # the C++ compiler torch's JIT builds call ($CXX, else c++ on PATH)
@@ -138,7 +138,7 @@ def mem_available_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
 
 
 def cache_dir(env: dict[str, str]) -> Path:
-    """Where the launch keeps the Hugging Face cache: $HF_HOME, else $DATA_ROOT/cache/hf (rft/launch/caches.py)."""
+    """Where the launch keeps the Hugging Face cache: $HF_HOME, else $DATA_ROOT/cache/hf (rft/provision/caches.py)."""
     return Path(cache_env(env)["HF_HOME"])
 
 
