@@ -30,10 +30,11 @@ from rft.plan.train_options import (
     uses_actor_as_reference,
 )
 from rft.provenance import REPO_ROOT, patch_state
-from rft.provision.transport import env_warnings, nccl_env, read_topology, topology_warnings
+from rft.provision import host
+from rft.provision.prereqs import host_ram_problem
+from rft.provision.transport import env_warnings, nccl_env, topology_warnings
 from rft.reward.settings import RewardSettingsError, load_settings
 
-GIB = 1024**3
 
 @dataclass(frozen=True)
 class Profile:
@@ -262,11 +263,10 @@ def model_rule(a: argparse.Namespace, rep: Report) -> None:
 def host_ram_rule(profile: Profile, a: argparse.Namespace) -> list[str]:
     """Host RAM available now against what the profile holds at once: the figures `make train` checks
     (rft/provision/prereqs.py host_ram_terms), with this command's --offload, --zero_stage and --ref_from_actor."""
-    from rft.provision.prereqs import host_ram_problem, mem_available_gib
 
     if profile.name not in ("20b", "120b"):
         return []
-    line = host_ram_problem(mem_available_gib(), profile.name, bool(getattr(a, "offload", False)),
+    line = host_ram_problem(host.mem_available_gib(), profile.name, bool(getattr(a, "offload", False)),
                             getattr(a, "zero_stage", 3), uses_actor_as_reference(a))
     return [line] if line else []
 
@@ -421,32 +421,10 @@ def check_data(a: argparse.Namespace, entry: str, rep: Report) -> dict[str, str]
 # ---------------------------------------------------------------- resources
 
 
-def gpu_inventory() -> list[dict] | None:
-    """[{index, name, memory_gib}] from nvidia-smi, or None when there is no usable nvidia-smi."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return None
-    gpus = []
-    for line in out.strip().splitlines():
-        idx, name, mem = (x.strip() for x in line.split(",", 2))
-        gpus.append({"index": int(idx), "name": name, "memory_gib": round(float(mem) / 1024, 1)})
-    return gpus
-
-
 def transport_rule(env: Mapping[str, str], gpus: int, nodes: int, rep: Report, facts: dict) -> None:
     """The GPU topology and the NCCL_* environment into the run record; a GPU pair without NVLink or a variable
     that turns a transport off is a warning (rft/provision/transport.py)."""
-    topology = read_topology(dict(env))
+    topology = host.gpu_topology(dict(env))
     facts["gpu_topology"], facts["nccl_env"] = topology, nccl_env(dict(env))
     rep.warnings += topology_warnings(topology, gpus) + env_warnings(dict(env), nodes)
 
@@ -526,24 +504,11 @@ def standins_rule(profile: Profile, env: Mapping[str, str], gpus: list[dict] | N
     return errors
 
 
-def existing_ancestor(path: str) -> Path:
-    """The nearest existing directory at or above `path`."""
-    p = Path(path).expanduser().absolute()
-    while not p.exists():
-        p = p.parent
-    return p
-
-
-def free_gib(path: Path) -> float:
-    """Free space, in GiB, of the filesystem holding `path` (which must exist)."""
-    return shutil.disk_usage(path).free / GIB
-
-
 def check_disk(paths: list[str], min_gib: float, rep: Report) -> None:
     """Free space where checkpoints and saved models go."""
     for path in paths:
-        base = existing_ancestor(path)
-        free = free_gib(base)
+        base = host.existing_ancestor(path)
+        free = host.free_gib(base)
         msg = f"disk: {path} ({base}) has {free:.0f} GiB free"
         if free < min_gib:
             rep.blocking.append(f"{msg}, needs >= {min_gib:g} GiB")
@@ -654,7 +619,7 @@ def run_checks(
         needed = gpus_needed(a)
     else:
         needed = sft_gpus(profile, env)
-    gpus = gpu_inventory()
+    gpus = host.gpu_inventory()
     rep.errors += standins_rule(profile, env, gpus)
     if smoke_mode(env) and profile.entry == "sft":
         rep.errors.append("SMOKE=1 checks a GRPO run's LoRA sync to vLLM: an SFT launch has no smoke run")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rft.launch.rules import Profile
-from rft.provision.prereqs import gpu_count
+from rft.provision.host import gpu_count
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 SAMPLER_MODULE = "rft.monitor.gpu_memory"  # python -m ... OUT_JSON: GPU memory by role while the run lasts

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rft.provision.caches import cache_env
-from rft.provision.prereqs import free_gib
+from rft.provision.host import free_gib
 
 GIB = 2**30
 

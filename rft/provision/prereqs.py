@@ -11,16 +11,23 @@ Stdlib only: it runs before any environment exists, on the node's python3 whatev
 
 from __future__ import annotations
 
-import os
 import re
-import resource
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rft.provision.caches import cache_env
-from rft.provision.transport import env_warnings, nccl_env, read_topology, topology_warnings
+from rft.provision.host import (
+    driver_version,
+    free_gib,
+    gpu_count,
+    gpu_topology,
+    mem_available_gib,
+    open_file_limit,
+    run,
+    shm_free_gib,
+)
+from rft.provision.transport import env_warnings, nccl_env, topology_warnings
 
 MIN_PYTHON = (3, 11)  # pyproject's requires-python
 MIN_DRIVER = (525, 60, 13)  # CUDA 12.x minor-version compatibility floor (NVIDIA's CUDA compatibility guide)
@@ -108,33 +115,9 @@ class Host:
     python_h: bool = False  # Python.h is in python_include
 
 
-def _run(argv: list[str], env: dict[str, str]) -> str | None:
-    """stdout of argv, or None when it cannot run or fails."""
-    try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return res.stdout + res.stderr if res.returncode == 0 else None
-
-
 def _version(text: str | None, pattern: str) -> tuple[int, ...] | None:
     m = re.search(pattern, text or "")
     return tuple(int(x) for x in m.groups() if x is not None) if m else None
-
-
-def free_gib(path: Path) -> float | None:
-    """Free GiB on the filesystem that holds `path` (its nearest existing parent)."""
-    for p in [path, *path.parents]:
-        if p.exists():
-            st = os.statvfs(p)
-            return st.f_bavail * st.f_frsize / 2**30
-    return None
-
-
-def mem_available_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
-    """MemAvailable of /proc/meminfo in GiB (None where there is none)."""
-    m = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo.read_text(), re.M) if meminfo.exists() else None
-    return int(m.group(1)) / 2**20 if m else None
 
 
 def cache_dir(env: dict[str, str]) -> Path:
@@ -151,14 +134,6 @@ def find_nvcc(env: dict[str, str]) -> str | None:
     return str(Path(home) / "bin" / "nvcc") if home and (Path(home) / "bin" / "nvcc").exists() else None
 
 
-def gpu_count(env: dict[str, str] | None = None) -> int:
-    """GPUs `nvidia-smi -L` lists, found on `env`'s PATH (default: this process's environment); 0 without
-    nvidia-smi, without a GPU, or when it fails."""
-    env = dict(os.environ) if env is None else env
-    smi = _run(["nvidia-smi", "-L"], env) if shutil.which("nvidia-smi", path=env.get("PATH", "")) else None
-    return sum(line.startswith("GPU ") for line in (smi or "").splitlines())
-
-
 def find_cxx(env: dict[str, str]) -> str | None:
     """The C++ compiler torch.utils.cpp_extension calls: $CXX, else `c++` on PATH (g++ on Ubuntu)."""
     name = env.get("CXX") or "c++"
@@ -167,30 +142,28 @@ def find_cxx(env: dict[str, str]) -> str | None:
 
 def python_include(python: str, env: dict[str, str]) -> str | None:
     """The directory sysconfig names for `python`'s C headers (the venv built from it shares it)."""
-    out = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"], env)
+    out = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"], env)
     return out.strip().splitlines()[-1] if out and out.strip() else None
 
 
 def read_host(env: dict[str, str], python: str, venv: Path) -> Host:
     """Probe this machine: nothing is installed, downloaded or changed."""
     gpus = gpu_count(env)
-    driver_text = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], env) if gpus else None
     nvcc = find_nvcc(env)
-    shm = Path("/dev/shm")
     include = python_include(python, env)
     return Host(
-        python_version=_version(_run([python, "--version"], env), r"Python (\d+)\.(\d+)\.?(\d+)?"),
+        python_version=_version(run([python, "--version"], env), r"Python (\d+)\.(\d+)\.?(\d+)?"),
         python=python,
         gpus=gpus,
-        driver=_version(driver_text, r"(\d+)\.(\d+)\.?(\d+)?"),
-        nvcc_release=_version(_run([nvcc, "--version"], env), r"release (\d+)\.(\d+)") if nvcc else None,
-        shm_gib=free_gib(shm) if shm.exists() else None,
-        nofile=resource.getrlimit(resource.RLIMIT_NOFILE),
+        driver=driver_version(env) if gpus else None,
+        nvcc_release=_version(run([nvcc, "--version"], env), r"release (\d+)\.(\d+)") if nvcc else None,
+        shm_gib=shm_free_gib(),
+        nofile=open_file_limit(),
         mem_available_gib=mem_available_gib(),
         cache_dir=cache_dir(env),
         cache_free_gib=free_gib(cache_dir(env)),
         venv_free_gib=free_gib(venv),
-        topology=read_topology(env) if gpus else None,
+        topology=gpu_topology(env) if gpus else None,
         nccl=nccl_env(env),
         nodes=int(env.get("NODES") or 1) if (env.get("NODES") or "1").isdigit() else 1,
         cxx=find_cxx(env),
