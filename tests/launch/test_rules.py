@@ -224,3 +224,25 @@ def test_levers_rule_records_the_rollout_lag_and_names_the_levers(patched_root, 
     assert facts == {"rollout_lag": 2}
     assert [n.split(":")[0] for n in rep.notes] == ["--async_train", "--ref_from_actor", "--zero_stage 2 with LoRA"]
     assert not rep.errors
+
+
+def test_the_checks_are_one_table_of_rules_with_one_signature(patched_root, tmp_path):
+    """Each rule of RULES takes the Check and returns (kind, message) findings; run_checks is their sum in order."""
+    import inspect
+
+    assert all(list(inspect.signature(rule).parameters) == ["c"] for rule in rules.RULES)
+    env = {rules.OPENRLHF_DIR_ENV: str(patched_root), "POOL": "400", "PATH": os.environ["PATH"]}
+    flags = [*SMALL_FLAGS, "--ckpt_path", str(tmp_path / "ckpt")]
+    rep, facts = rules.run_checks(rules.PROFILES["small"], flags, env, lr_pool=400)
+    found, args = rules.parse_command(rules.PROFILES["small"], flags, env, {})
+    check = rules.Check(rules.PROFILES["small"], flags, env, args, {}, lr_pool=400)
+    for rule in rules.RULES:
+        out = rule(check)
+        assert all(kind in ("errors", "blocking", "warnings", "notes") and isinstance(text, str)
+                   for kind, text in out), (rule.__name__, out)
+        found += out
+    again = rules.Report()
+    again.add(found)
+    assert again == rep and check.facts.keys() == facts.keys() - {"patches"}
+    assert check.sched is not None and "lr_preflight" in facts  # the preflight's schedule left for the judge's rule
+    assert rules.findings(rep) == [(k, t) for k in ("errors", "blocking", "warnings", "notes") for t in getattr(rep, k)]
