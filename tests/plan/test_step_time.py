@@ -131,6 +131,33 @@ def test_a_figures_file_overrides_and_an_unknown_name_is_refused(tmp_path):
     assert main(["--device-figures", str(bad), "--", *RECIPE_20B]) == 2
 
 
+def test_the_cited_figures_are_the_shipped_toml_and_it_reads_as_a_figures_file(tmp_path):
+    """device_figures.toml holds every figure with its unit and source, the defaults a run's figures start from; in
+    an RFT_DEVICE_FIGURES file a table in its form sets its value like a `name = value` pair."""
+    import tomllib
+
+    from rft.plan.step_time import FIGURES_FILE, cited_figures, figures_text
+
+    table = tomllib.loads(FIGURES_FILE.read_text(encoding="utf-8"))
+    assert list(table) == list(FIGURES) and len(FIGURES) == 25
+    assert all(t["source"] and t["unit"] for t in table.values())
+    assert FIGURES["allgather_bytes_s"].spread == (300e9, 400e9) and FIGURES["hbm_bytes_s"].spread == (3.35e12,) * 2
+    assert {name: fig.value for name, fig in cited_figures(FIGURES_FILE).items()} == DEFAULTS
+    mixed = tmp_path / "mixed.toml"
+    mixed.write_text(figures_text({"sync_call_s": 3.0}, "a test") + '\n[hbm_bytes_s]\nvalue = 4.8e12\nunit = "B/s"\n')
+    assert load_figures(mixed) == {**DEFAULTS, "sync_call_s": 3.0, "hbm_bytes_s": 4.8e12}
+    bad = tmp_path / "cited.toml"
+    bad.write_text('[hbm_bytes_s]\nvalue = 3.35e12\nunit = "B/s"\n')
+    with pytest.raises(FiguresError, match=r"cited.toml: \[hbm_bytes_s\] needs value .*unit and source"):
+        cited_figures(bad)
+    bad.write_text('[hbm_bytes_s]\nvalue = true\nunit = "B/s"\nsource = "x"\n')
+    with pytest.raises(FiguresError, match=r"\[hbm_bytes_s\]"):
+        cited_figures(bad)
+    bad.write_text('[hbm_bytes_s]\nvalue = "fast"\n')
+    with pytest.raises(FiguresError, match="hbm_bytes_s must be positive numbers"):
+        load_figures(bad)
+
+
 def test_levers_20b_need_the_reference_from_the_actor_for_zero2_to_fit():
     pr = predict(RECIPE_20B, DEFAULTS)
     base = Levers(False, False, 3)
