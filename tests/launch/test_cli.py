@@ -27,7 +27,7 @@ from rft.plan.openrlhf_cli import (
     store_true_flags,
 )
 from rft.provenance import REPO_ROOT as ROOT
-from rft.provision import prereqs
+from rft.provision import host
 from tests.support.git import git
 from tests.support.rows import rows
 
@@ -410,13 +410,13 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
     (bin_dir / "nvidia-smi").chmod(0o755)
-    (bin_dir / "topo.txt").write_text((Path(__file__).resolve().parent / "topo" / "h100_sxm_nv18.txt").read_text())
+    (bin_dir / "topo.txt").write_text((ROOT / "tests" / "provision" / "topo" / "h100_sxm_nv18.txt").read_text())
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("NCCL_DEBUG", "WARN")
     monkeypatch.delenv("NCCL_P2P_DISABLE", raising=False)
     # stand-in for the node's data disk: this machine's /tmp may hold less than the 50 GiB the 20b profile asks
-    monkeypatch.setattr(rules, "free_gib", lambda path: NODE_DISK_FREE_GIB)
-    monkeypatch.setattr(prereqs, "mem_available_gib", lambda: NODE_RAM_GIB)
+    monkeypatch.setattr(host, "free_gib", lambda path: NODE_DISK_FREE_GIB)
+    monkeypatch.setattr(host, "mem_available_gib", lambda: NODE_RAM_GIB)
     monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
     monkeypatch.setenv("RUN_RECORD_DIR", str(tmp_path / "records"))
     monkeypatch.setenv("RFT_LAUNCH_NO_EXEC", "1")
