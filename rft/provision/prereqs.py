@@ -6,7 +6,8 @@ a C++ compiler (DeepSpeed JIT-builds FusedAdam and raises without them),
 /dev/shm (NCCL and Ray's object store), the GPU topology and the NCCL_* variables that turn a transport off
 (warnings, rft/provision/transport.py), the open-file limit, host RAM (rank 0 of the actor and of the reference
 each dequantize the MXFP4 checkpoint on the host at once) and disk for the model cache and the venv.
-Stdlib only: it runs before any environment exists, on the node's python3 whatever its version.
+The host's facts come from rft/provision/host.py, which the launch rules read too. Stdlib only: it runs before any
+environment exists, on the node's python3 whatever its version.
 """
 
 from __future__ import annotations
