@@ -566,6 +566,7 @@ class Check:
 
     @property
     def ppo(self) -> bool:
+        """A GRPO launch (Ray, train_ppo_ray)."""
         return self.profile.entry == "ppo"
 
     @property
@@ -597,16 +598,19 @@ def filled(fill: Callable[[Report], object]) -> list[Finding]:
 
 
 def of(kind: str, texts: list[str]) -> list[Finding]:
+    """Messages as findings of one kind."""
     return [(kind, t) for t in texts]
 
 
 def attention_rules(c: Check) -> list[Finding]:
+    """The attention path, flash-attn and gradient checkpointing."""
     errs, warns = attention_rule(c.args, c.argv)
     errs += flash_attn_rule(c.args, installed_version("flash-attn")) + checkpointing_rule(c.args)
     return of("errors", errs) + of("warnings", warns)
 
 
 def model_rules(c: Check) -> list[Finding]:
+    """The actor's and the served checkpoint: present, and how MXFP4 loads."""
     return filled(lambda rep: model_rule(c.args, rep))
 
 
@@ -621,6 +625,7 @@ def grpo_rules(c: Check) -> list[Finding]:
 
 
 def data_rule(c: Check) -> list[Finding]:
+    """The data files: present, their keys, train and eval disjoint; their SHA-256 into the facts."""
     rep = Report()
     c.facts["data_sha256"] = check_data(c.args, c.profile.entry, rep)
     return findings(rep)
@@ -672,6 +677,7 @@ def reward_rules(c: Check) -> list[Finding]:
 
 
 def standins_rules(c: Check) -> list[Finding]:
+    """The CPU profile's stand-ins never on a GPU node."""
     return of("errors", standins_rule(c.profile, c.env, c.gpus))
 
 
