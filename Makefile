@@ -5,7 +5,7 @@
 # make mutate: mutation testing (mutmut) of the modules where a bug costs a run, each against its own test files,
 # on a temporary copy; ARGS="answer passk" for some only. Kill rates and equivalent mutants: docs/mutation.md.
 # make train: on the 8-GPU node, the active environment if it holds the pinned stack, else .venv-train built by
-# rft/launch/train_env.py (prerequisites checked first; torch at vLLM's pin, flash-attn's import-only stand-in, the
+# rft/provision/train_env.py (prerequisites checked first; torch at vLLM's pin, flash-attn's import-only stand-in, the
 # rest, verified, renamed into place), then the patches and $(TRAIN_SCRIPT). DRY_RUN=1: print, run nothing. Without
 # GPUs it says so and points at make demo.
 # make demo: the CPU demonstration (train_grpo_cpu.sh in .venv-vllm: the whole loop on a tiny random model, ends
@@ -104,10 +104,10 @@ clean:
 # make train DRY_RUN=1: what make train would do here (GPUs found, the environment found or the install order),
 # running nothing but a read-only probe of each candidate interpreter.
 # make train-env: the GPU node's environment found or built (prerequisites first), the patches applied; prints its
-# interpreter (PY=$$(make -s train-env), then $$PY prepare_sft_data.py, $$PY -m rft.launch.download MODEL): stdout
+# interpreter (PY=$$(make -s train-env), then $$PY prepare_sft_data.py, $$PY -m rft.provision.download MODEL): stdout
 # carries only that path, every child (pip, the checks, apply_patches.sh) writes to stderr.
 train-env:
-	@py="$$($(PYTHON) -m rft.launch.train_env ensure --venv $(TRAIN_VENV) --base-python $(PYTHON))" && \
+	@py="$$($(PYTHON) -m rft.provision.train_env ensure --venv $(TRAIN_VENV) --base-python $(PYTHON))" && \
 		PYTHON="$$py" bash apply_patches.sh >&2 && echo "$$py"
 
 train:
@@ -115,7 +115,7 @@ train:
 		set -e; \
 		echo "make train: $$(nvidia-smi -L | grep -c '^GPU ') GPU(s) (nvidia-smi -L)" >&2; \
 		if [ "$(DRY_RUN)" = 1 ]; then \
-			$(PYTHON) -m rft.launch.train_env plan --venv $(TRAIN_VENV) --base-python $(PYTHON) || exit 1; \
+			$(PYTHON) -m rft.provision.train_env plan --venv $(TRAIN_VENV) --base-python $(PYTHON) || exit 1; \
 			echo "then: PYTHON=<that interpreter> bash apply_patches.sh; bash $(TRAIN_SCRIPT)"; \
 			exit 0; \
 		fi; \

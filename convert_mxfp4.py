@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rft.mxfp4 import ConversionError, NotMxfp4Error, convert_checkpoint
+from rft.gptoss.mxfp4 import ConversionError, NotMxfp4Error, convert_checkpoint
 
 GIB = 1024**3
 

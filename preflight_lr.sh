@@ -6,4 +6,4 @@
 set -euo pipefail
 # shellcheck source=scripts/launch_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/scripts/launch_lib.sh"
-exec "$PYTHON" -m rft.launch.lr_schedule "$@"
+exec "$PYTHON" -m rft.plan.lr_schedule "$@"

@@ -5,7 +5,7 @@ sliding-window-128 layer then a full one, a 32-expert top-4 router), then the fi
 reduced vocab. The same bf16-representable weights run in fp32 (the reference) and in bf16 through each path:
 
 - `eager`: transformers 4.57.6's `eager_attention_forward` (bf16 QK^T, sinks and softmax), its bf16 router;
-- `eager_fp32`: `rft.attention.eager_fp32_attention` and the fp32 router (`--attn_implementation rft_eager_fp32`);
+- `eager_fp32`: `rft.gptoss.attention.eager_fp32_attention` and the fp32 router (`--attn_implementation rft_eager_fp32`);
 - `flex_hf`: torch's flex_attention with transformers' sink renormalization as its integration runs it on a GPU
   (the log-sum-exp cast to bf16 first; on CPU transformers refuses sinks), bf16 router;
 - `flex_rft`: the same flex output, the sinks folded in from the fp32 log-sum-exp, fp32 router (`rft_flex`).
@@ -33,7 +33,7 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # rft from this checkout
 
-from rft.attention import _fp32_router_forward, eager_fp32_attention  # noqa: E402
+from rft.gptoss.attention import _fp32_router_forward, eager_fp32_attention  # noqa: E402
 
 PATHS = ("eager", "eager_fp32", "flex_hf", "flex_rft")
 FP32_ROUTER = {"eager": False, "eager_fp32": True, "flex_hf": False, "flex_rft": True}
@@ -152,9 +152,9 @@ def forward(model: torch.nn.Module, ids: torch.Tensor, path: str) -> tuple[torch
     dtype = model.dtype
     h = model.model.embed_tokens(ids)
     rot = model.model.rotary_emb
-    from rft.rope import fp32_inv_freq
+    from rft.gptoss.rope import fp32_inv_freq
 
-    inv_freq, scaling = fp32_inv_freq(rot)  # pinned fp32 frequencies (rft.rope); cos/sin then cast as transformers
+    inv_freq, scaling = fp32_inv_freq(rot)  # pinned fp32 frequencies (rft.gptoss.rope); cos/sin then cast as transformers
     freqs = torch.arange(t, dtype=torch.float32)[:, None] * inv_freq[None]
     cos, sin = (freqs.cos() * scaling).to(dtype)[None], (freqs.sin() * scaling).to(dtype)[None]
     experts = []
@@ -186,7 +186,7 @@ def attention_stats(model: torch.nn.Module, ids: torch.Tensor) -> dict[str, floa
     layer = model.model.layers[1]
     att = layer.self_attn
     x = layer.input_layernorm(model.model.embed_tokens(ids))
-    inv_freq, scaling = __import__("rft.rope", fromlist=["fp32_inv_freq"]).fp32_inv_freq(model.model.rotary_emb)
+    inv_freq, scaling = __import__("rft.gptoss.rope", fromlist=["fp32_inv_freq"]).fp32_inv_freq(model.model.rotary_emb)
     freqs = torch.arange(t, dtype=torch.float32)[:, None] * inv_freq[None]
     q = att.q_proj(x).view(1, t, -1, att.head_dim).transpose(1, 2)[:, :8]
     k = att.k_proj(x).view(1, t, -1, att.head_dim).transpose(1, 2)[:, :1]
@@ -202,7 +202,7 @@ def attention_error(ref_model: torch.nn.Module, bf_model: torch.nn.Module, ids: 
     its RMS relative to the reference output's RMS (o_proj input), for the sliding and the full layer."""
     from transformers.models.gpt_oss.modeling_gpt_oss import apply_rotary_pos_emb
 
-    from rft.rope import fp32_inv_freq
+    from rft.gptoss.rope import fp32_inv_freq
 
     t = ids.shape[1]
     inv_freq, scaling = fp32_inv_freq(ref_model.model.rotary_emb)

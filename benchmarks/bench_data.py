@@ -27,7 +27,7 @@ def baseline(numina_dir: Path) -> None:
     """(a): read every column of every shard batch by batch and hash every problem."""
     import pyarrow.parquet as pq
 
-    from rft.problems import problem_hash
+    from rft.data.problems import problem_hash
 
     n = 0
     for path in sorted(numina_dir.rglob("*.parquet")):

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from rft.mxfp4 import convert_checkpoint
+from rft.gptoss.mxfp4 import convert_checkpoint
 
 GIB = 1024**3
 

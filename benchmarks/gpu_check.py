@@ -299,7 +299,7 @@ def markdown(report: dict) -> str:
                             r["eval_peak_gib"], r["routed_peak_gib"], r["eval_dense_path"], r["max_abs_gap"],
                             r["mean_abs_gap"], r["routed_dense_path"], r["routed_max_abs_gap"]]
                            for r in p["rows"]])
-            out += ["", "eval: transformers' eval mode; rft eval: eval mode with rft.moe's routed loop, which rft's "
+            out += ["", "eval: transformers' eval mode; rft eval: eval mode with rft.gptoss.moe's routed loop, which rft's "
                     "actor and reference run (Δ log p against the train-mode forward)."]
         elif name == "merge":
             out += _table(["sync", "B = 0", "modules", "s", "max abs ΔW", "max err", "max err (bf16 steps of max(W0, W))",
@@ -318,7 +318,7 @@ def markdown(report: dict) -> str:
                             r["expert_flip_share_last_layer"]] for r in p["rows"]])
             out += ["", f"{p['layers']} layers; Δ against {p['reference']}; memory: "
                     f"{p['rows'][0]['memory'] if p['rows'] else 'n/a'}. eager: transformers' (the recipes'); "
-                    "rft_eager_fp32 and rft_flex: rft/attention.py's paths (fp32 softmax with the sinks, fp32 router)."]
+                    "rft_eager_fp32 and rft_flex: rft/gptoss/attention.py's paths (fp32 softmax with the sinks, fp32 router)."]
         elif name == "trainer":
             out += trainer_markdown(p, report.get("beside"))
         for note in p.get("notes", []):
@@ -355,7 +355,7 @@ def trainer_markdown(p: dict, beside: dict | None) -> list[str]:
 
 def write_report(report: dict, out_dir: Path) -> tuple[Path, Path]:
     from rft.io import atomic_write_json, atomic_write_text
-    from rft.launch.step_time import figures_text
+    from rft.plan.step_time import figures_text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     jpath, mpath = out_dir / "gpu_check.json", out_dir / "gpu_check.md"
@@ -411,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trainer-layers", type=int, default=0,
                    help="depth of the trainer phases' model (default: 24, gpt-oss-20b's, on a GPU; 2 tiny)")
     p.add_argument("--trainer-attn", default="eager", choices=("eager", "rft_eager_fp32", "rft_flex"),
-                   help="the trainer phases' --attn_implementation (default eager, the recipes'; rft/attention.py)")
+                   help="the trainer phases' --attn_implementation (default eager, the recipes'; rft/gptoss/attention.py)")
     p.add_argument("--non-reentrant", action="store_true",
                    help="the trainer phases without the recipes' --gradient_checkpointing_use_reentrant (DeepSpeed "
                         "0.18.5 fails that with a frozen base: shows the launch rule's reason)")

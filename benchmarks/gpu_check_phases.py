@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from rft.launch.memory_plan import SHAPES, Shape
-from rft.moe import route_experts_in_eval
+from rft.gptoss.moe import route_experts_in_eval
+from rft.plan.memory_plan import SHAPES, Shape
 
 GIB = 1024**3
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -156,7 +156,7 @@ def mxfp4_dequant(shape: CheckShape, device: torch.device, experts: int, seed: i
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
     from rft.fixtures.mxfp4_fixtures import quantize_codes
-    from rft.mxfp4 import dequantize_expert
+    from rft.gptoss.mxfp4 import dequantize_expert
 
     g = torch.Generator().manual_seed(seed)
     rows_cols = {"gate_up_proj": (2 * shape.intermediate, shape.hidden), "down_proj": (shape.hidden, shape.intermediate)}
@@ -189,13 +189,13 @@ def mxfp4_dequant(shape: CheckShape, device: torch.device, experts: int, seed: i
 
 
 def mxfp4_load_path(layers: int = 2) -> dict:
-    """rank 0's load as `rft.mxfp4.load_dequantized` runs it (from_pretrained, Mxfp4Config(dequantize=True),
+    """rank 0's load as `rft.gptoss.mxfp4.load_dequantized` runs it (from_pretrained, Mxfp4Config(dequantize=True),
     device_map="cpu") on a tiny MXFP4 checkpoint; transformers dequantizes on the GPU when one is visible."""
     import tempfile
     from pathlib import Path
 
     from rft.fixtures.mxfp4_fixtures import build_mxfp4_checkpoint
-    from rft.mxfp4 import load_dequantized
+    from rft.gptoss.mxfp4 import load_dequantized
 
     with tempfile.TemporaryDirectory() as tmp:
         expected = build_mxfp4_checkpoint(Path(tmp) / "ckpt", layers=layers, tokenizer=False)
@@ -290,7 +290,7 @@ def extrapolate(rows: list[dict], key: str, layers: int) -> float | None:
 
 def plan_figures(shape: CheckShape, model: str) -> dict:
     """The memory plan's per-GPU actor lines for `model`'s recipe at the measured tokens and micro batch."""
-    from rft.launch.memory_plan import activation_lines, actor_plan, on_gpu, recipe_flags
+    from rft.plan.memory_plan import activation_lines, actor_plan, on_gpu, recipe_flags
 
     argv = ["--pretrain", f"openai/{model}", *RECIPES[model], "--prompt_max_len", str(shape.prompt_len),
             "--generate_max_len", str(shape.gen_len), "--micro_train_batch_size", str(shape.micro_batch),
@@ -336,12 +336,12 @@ def token_logprobs(model, ids: torch.Tensor) -> torch.Tensor:
 
 
 def moe_eval_gap(shape: CheckShape, layers: int, experts: int, device: torch.device) -> dict:
-    """Train-mode (per-expert loop) vs eval-mode forward of the same tokens, transformers' own and with rft.moe's
+    """Train-mode (per-expert loop) vs eval-mode forward of the same tokens, transformers' own and with rft.gptoss.moe's
     routed loop: seconds, peak memory, the path taken, log-prob gaps to the train-mode forward."""
     model = build_model(shape, layers, device, experts)
     ids = torch.randint(0, shape.vocab, (1, shape.tokens), generator=torch.Generator().manual_seed(1)).to(device)
     res = {"layers": layers, "experts": experts, "tokens": shape.tokens}
-    for mode in ("train", "eval", "routed"):  # routed: eval mode with rft.moe's routed loop (what rft's actor runs)
+    for mode in ("train", "eval", "routed"):  # routed: eval mode with rft.gptoss.moe's routed loop (what rft's actor runs)
         if mode == "routed":
             route_experts_in_eval(model)
         model.train(mode == "train")

@@ -139,7 +139,7 @@ def single_rank(device: torch.device) -> str:
 def recipe_args(shape: ph.CheckShape, pretrain: str, reentrant: bool = True, attn: str = "eager"):
     """OpenRLHF's own (patched) parser and validation on the 20b recipe's actor flags at the check's shape, with
     another attention path or without reentrant checkpointing where asked."""
-    from rft.launch.openrlhf_cli import parse_args
+    from rft.plan.openrlhf_cli import parse_args
 
     flags = [attn if f == "eager" else f for f in RECIPE_FLAGS]
     if not reentrant:
@@ -224,9 +224,9 @@ def nonzero_sinks(model: torch.nn.Module, std: float = 0.5) -> int:
 
 
 def fused_adam(device: torch.device) -> dict:
-    """DeepSpeed's FusedAdam JIT-built as the launch builds it (TORCH_EXTENSIONS_DIR from rft.launch.caches), timed,
+    """DeepSpeed's FusedAdam JIT-built as the launch builds it (TORCH_EXTENSIONS_DIR from rft.provision.caches), timed,
     with the toolchain found; without CUDA or nvcc: not built, and torch's AdamW is used instead (labelled)."""
-    from rft.launch.caches import cache_env
+    from rft.provision.caches import cache_env
 
     nvcc = shutil.which("nvcc") or (os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
                                     if os.environ.get("CUDA_HOME") else None)
@@ -387,7 +387,7 @@ def trainer_phases(shape: ph.CheckShape, layers: int, device: torch.device, out:
 
 def check_shape_plan(shape: ph.CheckShape, layers: int):
     """The memory plan's Shape for the measured model (gpt-oss-20b at full width and depth, or the tiny one)."""
-    from rft.launch.memory_plan import SHAPES, shape_from_config
+    from rft.plan.memory_plan import SHAPES, shape_from_config
 
     s20 = SHAPES["gpt-oss-20b"]
     if shape.hidden == s20.hidden and layers == s20.layers:
@@ -398,8 +398,8 @@ def check_shape_plan(shape: ph.CheckShape, layers: int):
 def beside_model(shape: ph.CheckShape, layers: int, rows: list[dict]) -> dict:
     """The step-time model's seconds for each measured phase at the same tokens (no ZeRO-3 gather: one rank), the
     memory plan's activation line, and the device figures the measurements imply."""
-    from rft.launch import step_time as st
-    from rft.launch.memory_plan import activation_lines, recipe_flags
+    from rft.plan import step_time as st
+    from rft.plan.memory_plan import activation_lines, recipe_flags
 
     plan_shape = check_shape_plan(shape, layers)
     f = st.load_figures(None)
@@ -457,8 +457,8 @@ def attention_paths(shape: ph.CheckShape, layers: int, lengths: tuple[int, ...],
     fp32 (eager, fp32 throughout), whose log-probs and routed experts are computed once per length."""
     import copy
 
-    from rft import attention
-    from rft.moe import route_experts_in_eval
+    from rft.gptoss import attention
+    from rft.gptoss.moe import route_experts_in_eval
 
     model = ph.build_model(shape, layers, device)
     route_experts_in_eval(model)

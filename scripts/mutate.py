@@ -48,7 +48,7 @@ SCOPES: dict[str, Scope] = {
                         ("tests/reward/test_exact_match.py::test_loads_from_a_checkout_without_install",)),
     "lora": Scope(("rft/train/lora_payload.py", "rft/train/lora_merge.py"),
                   ("tests/train/test_lora_payload.py", "tests/train/test_lora_merge.py")),
-    "lr_schedule": Scope(("rft/launch/lr_schedule.py",), ("tests/launch/test_lr_schedule.py",)),
+    "lr_schedule": Scope(("rft/plan/lr_schedule.py",), ("tests/plan/test_lr_schedule.py",)),
     "early_stop": Scope(("rft/monitor/early_stop.py",), ("tests/monitor/test_early_stop.py",)),
     "playbook": Scope(("rft/monitor/diagnosis.py",), ("tests/monitor/test_diagnosis.py",)),
     "passk": Scope(("rft/eval/passk.py",), ("tests/eval/test_passk.py",)),

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 # What a run imports beyond the stack itself: vLLM's gpt-oss model and MXFP4 path, OpenRLHF's trainer and engine.
 MODULES = ("vllm.model_executor.models.gpt_oss", "vllm.model_executor.layers.quantization.mxfp4",
            "openrlhf.cli.train_ppo_ray", "openrlhf.trainer.ppo_trainer", "openrlhf.trainer.ray.vllm_engine",
-           "openrlhf.trainer.ray.ppo_actor", "rft.train.lora_merge", "rft.attention")
+           "openrlhf.trainer.ray.ppo_actor", "rft.train.lora_merge", "rft.gptoss.attention")
 CUDA_ONLY = ("torch.cuda.is_available() is False",)
 RECIPES = ("train_grpo_20b_a28a.sh", "train_grpo_120b.sh")
 
@@ -72,8 +72,8 @@ def rehearse(repo: Path, scratch: Path, table: Table) -> None:
     if rc:
         return
     sys.path.insert(0, str(clone))
-    from rft.launch import train_env as te
-    from rft.launch.prereqs import problems, read_host
+    from rft.provision import train_env as te
+    from rft.provision.prereqs import problems, read_host
 
     bad, warn = problems(read_host(dict(os.environ), sys.executable, clone / ".venv-train"))
     table.add("prerequisites (make train-env's first lines)", 0.0, "",

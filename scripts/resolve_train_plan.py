@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from rft.launch.train_env import STACK, TORCH_COMPANIONS  # noqa: E402
+from rft.provision.train_env import STACK, TORCH_COMPANIONS  # noqa: E402
 
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: the pristine and the patched OpenRLHF 0.9.3, a gloo world, the local judge server; the two suites.
+"""Shared fixtures: the pristine and the patched OpenRLHF 0.9.3 (and a copy patched by apply_patches.sh), a gloo world,
+the local judge server, tiny launch data files, a git repository; the two suites.
 
 `make test` runs two suites: `-m "not vllm"` in .venv, and `-m vllm` in .venv-vllm with RFT_VLLM_SUITE=1. In the
 vLLM suite a missing or stand-in vLLM is an error, never a skip; elsewhere `vllm` tests are skipped with the reason.
@@ -8,13 +9,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from rft.fixtures.judge_server import JudgeServer
 from rft.fixtures.openrlhf_wheel import unpack_pristine_openrlhf
+from tests.support.git import git
 from tests.support.processes import restore_default_sigint
+from tests.support.rows import write_launch_data
 
 ROOT = Path(__file__).resolve().parent.parent
 VLLM_SUITE_ENV = "RFT_VLLM_SUITE"
@@ -117,3 +121,35 @@ def _no_run_pointers_left_in_the_checkout():
         path.unlink(missing_ok=True)
         if path.parent.is_dir() and not any(path.parent.iterdir()):
             path.parent.rmdir()
+
+
+@pytest.fixture(scope="session")
+def patched_root(pristine_openrlhf_root, tmp_path_factory) -> Path:
+    """A copy of the pristine 0.9.3 package with our whole patch series applied by apply_patches.sh."""
+    dest = tmp_path_factory.mktemp("openrlhf-patched")
+    shutil.copytree(pristine_openrlhf_root / "openrlhf", dest / "openrlhf")
+    res = subprocess.run(["bash", str(ROOT / "apply_patches.sh"), "--target", str(dest)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return dest
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    """Tiny data files with the names the scripts expect; train and eval disjoint."""
+    return write_launch_data(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    """A git repository on branch attempt-07-tight-clip with one commit."""
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    git(r, "config", "user.email", "t@example.com")
+    git(r, "config", "user.name", "t")
+    (r / "train.sh").write_text("echo hi\n")
+    git(r, "add", ".")
+    git(r, "commit", "-q", "-m", "init")
+    git(r, "checkout", "-q", "-b", "attempt-07-tight-clip")
+    return r

@@ -36,11 +36,11 @@ from pathlib import Path
 import pytest
 
 from rft.attempt import BEGIN, row_marker
-from rft.launch.caches import CACHE_DIRS
 from rft.provenance import REPO_ROOT as ROOT
-from tests.launch.rows import write_launch_data
+from rft.provision.caches import CACHE_DIRS
 from tests.support.git import git
 from tests.support.hub_server import HubRepo, HubServer
+from tests.support.rows import write_launch_data
 from tests.support.watch_state import write_watch_state
 from tests.support.wheelhouse import build_wheelhouse
 
@@ -65,7 +65,7 @@ class Node:
 
 
 def write_data(node: Node) -> None:
-    """The data files the scripts read, as prepare_sft_data.py names them (tests/launch/rows.py)."""
+    """The data files the scripts read, as prepare_sft_data.py names them (tests/support/rows.py)."""
     write_launch_data(node.clone / "data")
 
 
@@ -286,7 +286,7 @@ def test_readme_first_hour_and_workflow_on_a_fake_node(tmp_path, pristine_openrl
     py = node.env["PY"]
     assert py == str(clone / ".venv-train" / "bin" / "python")
     plan = node.output("make train DRY_RUN=1")
-    assert "# prerequisites (rft/launch/prereqs.py)\n  all met" in plan and "would build" in plan  # the node is whole
+    assert "# prerequisites (rft/provision/prereqs.py)\n  all met" in plan and "would build" in plan  # the node is whole
     assert "dry run: configuration OK" in node.output("bash train_grpo_20b_a28a.sh --dry-run")
     assert any(p.endswith("/model.safetensors") for p in hub_files)  # the model came through the download
     (launch,) = [json.loads(x) for x in node.driver_log.read_text().splitlines()]

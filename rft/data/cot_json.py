@@ -18,8 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rft.data.problems import problem_hash
 from rft.io import atomic_write_jsonl
-from rft.problems import problem_hash
 from rft.prompts import build_input
 
 POOL_FILE, EVAL_FILE, DATASOURCE = "cot_rl_pool.jsonl", "cot_eval.jsonl", "cot"

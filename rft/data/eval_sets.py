@@ -1,6 +1,6 @@
 """The eval and probe sets: AIME, MATH (levels), Apex and GSM8K read, integer answers kept, made disjoint.
 
-Every row of every eval input is blocked from training (`EvalSets.blocked`, by `rft.problems.problem_hash`);
+Every row of every eval input is blocked from training (`EvalSets.blocked`, by `rft.data.problems.problem_hash`);
 `eval_row` writes one problem in OpenRLHF's eval shape.
 """
 
@@ -12,9 +12,9 @@ import pyarrow as pa
 
 from rft.data.config import DataConfig, Inputs, choose, seeded_rng
 from rft.data.integer_answer import gsm8k_final_answer, parse_integer_answer
+from rft.data.problems import problem_hash
 from rft.data.solutions import last_boxed_content
 from rft.data.sources import DataError, Source, parse_source, read_table, resolve_columns, string_column
-from rft.problems import problem_hash
 from rft.prompts import build_input
 
 PROBLEM_ALIASES = ("problem", "question")

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rft.data.problems import problem_hash
 from rft.data.sources import DataError
 from rft.io import read_jsonl
-from rft.problems import problem_hash
 
 ORDERS = ("pool", "easy-first")
 DEFAULT_BAND = (0.01, 0.99)

@@ -1,7 +1,7 @@
 """NuminaMath-1.5 to RL pool, SFT sets, eval and probe sets: the filter stages and seeded splits (the eval
 sets: `rft.data.eval_sets`).
 
-Problem identity everywhere is `rft.problems.problem_hash` (MD5 of the normalized problem). Every file is
+Problem identity everywhere is `rft.data.problems.problem_hash` (MD5 of the normalized problem). Every file is
 written atomically, the data files first, then REPORT.md/report.json, then MANIFEST.json.
 """
 
@@ -19,10 +19,10 @@ from tqdm import tqdm
 from rft.data.config import DataConfig, Inputs, choose, seeded_rng
 from rft.data.eval_sets import EvalProblem, EvalSets, build_eval_sets, eval_row
 from rft.data.integer_answer import parse_integer_answer
+from rft.data.problems import problem_hash
 from rft.data.solutions import SFT_OK, sft_output
 from rft.data.sources import BatchStream, DataError, Source, num_rows, parse_source
 from rft.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, sha256_file
-from rft.problems import problem_hash
 from rft.prompts import build_input
 
 NUMINA_COLUMNS = {

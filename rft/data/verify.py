@@ -12,9 +12,9 @@ from rich.table import Table
 
 from rft.data.integer_answer import parse_integer_answer
 from rft.data.pipeline import BAND_FILE, FILES, GSM8K_FILES, MANIFEST, REPORT_JSON, REPORT_MD, TRAINING_ROLES
+from rft.data.problems import problem_hash
 from rft.data.solutions import SFT_OK, sft_output
 from rft.io import read_jsonl, sha256_file
-from rft.problems import problem_hash
 from rft.prompts import INSTRUCTION
 
 MAX_PROBLEMS_LISTED = 3

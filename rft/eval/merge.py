@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from rft.gptoss.mxfp4 import MXFP4, SKIPPED_WEIGHT_COPIES, quant_method
 from rft.io import atomic_write_json, pid_alive, sha256_file
-from rft.mxfp4 import MXFP4, SKIPPED_WEIGHT_COPIES, quant_method
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")

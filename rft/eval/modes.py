@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from rft.data.problems import problem_hash
 from rft.eval.generation import Completion, Request
 from rft.eval.passk import (
     answers_agree,
@@ -32,7 +33,6 @@ from rft.eval.passk import (
 )
 from rft.eval.report import pct, summarize, write_reports
 from rft.io import atomic_write_json, atomic_write_jsonl, iter_jsonl_lines, read_jsonl, sha256_file
-from rft.problems import problem_hash
 from rft.prompts import DEFAULT_CHAT_DATE, DEFAULT_REASONING_EFFORT, chat_template_kwargs, encode_prompt
 
 

@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rft.data.problems import problem_hash
 from rft.eval.generation import Request
 from rft.eval.modes import Problem, load_problems, sample_seed
 from rft.io import atomic_write_json, atomic_write_jsonl, read_jsonl, sha256_file
-from rft.problems import problem_hash
 from rft.prompts import DEFAULT_CHAT_DATE, DEFAULT_REASONING_EFFORT, chat_template_kwargs, encode_prompt
 
 ROW_KEYS = ("problem_hash", "n", "correct", "pass_rate", "truncated", "mean_tokens")

@@ -1,4 +1,4 @@
-"""Launch stage: pre-launch checks, OpenRLHF's own CLI parser, the LR schedule preflight, the run record.
+"""Launch stage: the launch checks as a table of rules, rft's choices as flags, the run record, supervision.
 
-Driven by the launch scripts (`python -m rft.launch`) and `preflight_lr.sh` (`python -m rft.launch.lr_schedule`).
+Driven by the launch scripts (`python -m rft.launch`).
 """

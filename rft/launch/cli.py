@@ -19,20 +19,20 @@ from pathlib import Path
 
 from rft.io import flag_value
 from rft.launch import cpu_profile
-from rft.launch.caches import cache_env, cache_line
 from rft.launch.choices import ChoiceError, Decisions, decide, with_suffix
 from rft.launch.lock import LaunchLocked, acquire_all, check_free
-from rft.launch.memory_plan import render as memory_plan
-from rft.launch.openrlhf_cli import FlagError, apply_negations, format_command, resolve_overrides
 from rft.launch.record import build_record, chat_date, git_state, tag_attempt, write_run_record
 from rft.launch.removed import still_set
 from rft.launch.rules import PROFILES, Profile, run_checks, sft_gpus, smoke_mode
 from rft.launch.run_pointer import write_pointer
 from rft.launch.smoke import relaunch_flags, smoke_flags, smoke_timeout
 from rft.launch.smoke import resume_step as smoke_resume_step
-from rft.launch.step_time import FIGURES_ENV, step_block
 from rft.launch.supervise import supervise
+from rft.plan.memory_plan import render as memory_plan
+from rft.plan.openrlhf_cli import FlagError, apply_negations, format_command, resolve_overrides
+from rft.plan.step_time import FIGURES_ENV, step_block
 from rft.provenance import REPO_ROOT, GitError
+from rft.provision.caches import cache_env, cache_line
 
 LOG_ENV = ("METRICS_LOG_DIR", "SAMPLES_LOG_DIR", "SPIKE_LOG_PATH", "RAY_ADDRESS", "CUDA_VISIBLE_DEVICES")
 

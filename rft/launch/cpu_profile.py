@@ -15,9 +15,9 @@ from pathlib import Path
 
 from rft.io import flag_value
 from rft.launch.choices import ChoiceError
-from rft.launch.prereqs import gpu_count
 from rft.launch.supervise import python_module
 from rft.provenance import REPO_ROOT
+from rft.provision.host import gpu_count
 
 SITE = REPO_ROOT / "rft" / "cpu" / "site"
 # Ray resources per NODES: (head GPUs, head CPUs) and the second node's, None for one node

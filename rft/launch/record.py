@@ -211,7 +211,7 @@ def build_record(profile: str, command: list[str], command_text: str, state: Git
         "packages": package_versions(),
         "patches": facts.get("patches"),
         "gpus": facts.get("gpus"),
-        "gpu_topology": facts.get("gpu_topology"),  # `nvidia-smi topo -m` (rft/launch/transport.py)
+        "gpu_topology": facts.get("gpu_topology"),  # `nvidia-smi topo -m` (rft/provision/transport.py)
         "nccl_env": facts.get("nccl_env"),  # every NCCL_* variable the launch saw
         "env": env,
         "host": socket.gethostname(),
@@ -223,7 +223,7 @@ def build_record(profile: str, command: list[str], command_text: str, state: Git
         "chat_date": date,  # eval_posthoc.py --chat-date: the date rendered into the training prompts
         "lr_preflight": facts.get("lr_preflight"),
         "loss_aggregation": facts.get("loss_aggregation"),  # --loss_aggregation in force (rft.train.loss_aggregation)
-        # the step-time model's seconds per phase (rft.launch.step_time), beside the measured time_*_s keys
+        # the step-time model's seconds per phase (rft.plan.step_time), beside the measured time_*_s keys
         "predicted_step_s": facts.get("predicted_step_s"),
         "predicted_step_range_s": facts.get("predicted_step_range_s"),  # [low, high] over the figures' spread
         "rollout_lag": facts.get("rollout_lag", 0),  # --async_train: steps the rollouts trail the policy

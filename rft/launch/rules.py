@@ -13,27 +13,29 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
+from rft.data.problems import problem_hash
 from rft.io import iter_jsonl_lines, sha256_file
 from rft.launch.judge_check import judge_rule
-from rft.launch.lr_schedule import evaluate, report, schedule_from_args, suggest, suggestion_line
-from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, installed_root, openrlhf_root, parse_args
-from rft.launch.train_options import (
+from rft.plan.lr_schedule import Schedule, evaluate, report, schedule_from_args, suggest, suggestion_line
+from rft.plan.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, installed_root, openrlhf_root, parse_args
+from rft.plan.train_options import (
     aggregation_in_force,
     describe,
     rollout_lag,
     served_lora_rank,
     uses_actor_as_reference,
 )
-from rft.launch.transport import env_warnings, nccl_env, read_topology, topology_warnings
-from rft.problems import problem_hash
 from rft.provenance import REPO_ROOT, patch_state
+from rft.provision import host
+from rft.provision.prereqs import host_ram_problem
+from rft.provision.transport import env_warnings, nccl_env, topology_warnings
 from rft.reward.settings import RewardSettingsError, load_settings
 
-GIB = 1024**3
 
 @dataclass(frozen=True)
 class Profile:
@@ -45,7 +47,7 @@ class Profile:
     min_free_disk_gib: float
     sft_gpus: int = 0  # GPUs the DeepSpeed launcher uses (sft only)
     cpu: bool = False  # the CPU demonstration: logical GPUs in a private Ray, no attempt tag, dirty tree allowed
-    data_disk: bool = False  # the node's layout: outputs and caches (rft/launch/caches.py) under $DATA_ROOT
+    data_disk: bool = False  # the node's layout: outputs and caches (rft/provision/caches.py) under $DATA_ROOT
 
 
 PROFILES = {
@@ -74,6 +76,11 @@ class Report:
         lines += [f"  NEEDS {b}" for b in self.blocking]
         lines += [f"  ERROR {e}" for e in self.errors]
         return "\n".join(lines)
+
+    def add(self, found: list[tuple[str, str]]) -> None:
+        """Each (kind, message) onto its list: errors, blocking, warnings or notes."""
+        for kind, text in found:
+            getattr(self, kind).append(text)
 
 
 def prompt_filter_note(a, sched) -> str:
@@ -127,7 +134,7 @@ def attention_rule(args: argparse.Namespace, argv: list[str]) -> tuple[list[str]
         )
         default = "" if "--attn_implementation" in argv else " (OpenRLHF's default)"
         return [f"--attn_implementation {impl}{default} {why}; use --attn_implementation eager"], []
-    if impl not in ("eager", "rft_eager_fp32", "rft_flex"):  # rft.attention.PATHS: sinks kept in both passes
+    if impl not in ("eager", "rft_eager_fp32", "rft_flex"):  # rft.gptoss.attention.PATHS: sinks kept in both passes
         return [], [
             f"--attn_implementation {impl}: make sure it honours gpt-oss attention sinks in forward and backward"
         ]
@@ -243,7 +250,7 @@ def looks_local(path: str | None) -> bool:
 
 def model_rule(a: argparse.Namespace, rep: Report) -> None:
     """The actor checkpoint (--pretrain) and the one vLLM serves (--vllm_pretrain): present, and how MXFP4 loads."""
-    from rft.mxfp4 import is_mxfp4_checkpoint
+    from rft.gptoss.mxfp4 import is_mxfp4_checkpoint
 
     actor, served = a.pretrain, getattr(a, "vllm_pretrain", None) or a.pretrain
     if actor != served:
@@ -261,12 +268,11 @@ def model_rule(a: argparse.Namespace, rep: Report) -> None:
 
 def host_ram_rule(profile: Profile, a: argparse.Namespace) -> list[str]:
     """Host RAM available now against what the profile holds at once: the figures `make train` checks
-    (rft/launch/prereqs.py host_ram_terms), with this command's --offload, --zero_stage and --ref_from_actor."""
-    from rft.launch.prereqs import host_ram_problem, mem_available_gib
+    (rft/provision/prereqs.py host_ram_terms), with this command's --offload, --zero_stage and --ref_from_actor."""
 
     if profile.name not in ("20b", "120b"):
         return []
-    line = host_ram_problem(mem_available_gib(), profile.name, bool(getattr(a, "offload", False)),
+    line = host_ram_problem(host.mem_available_gib(), profile.name, bool(getattr(a, "offload", False)),
                             getattr(a, "zero_stage", 3), uses_actor_as_reference(a))
     return [line] if line else []
 
@@ -421,32 +427,10 @@ def check_data(a: argparse.Namespace, entry: str, rep: Report) -> dict[str, str]
 # ---------------------------------------------------------------- resources
 
 
-def gpu_inventory() -> list[dict] | None:
-    """[{index, name, memory_gib}] from nvidia-smi, or None when there is no usable nvidia-smi."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        out = subprocess.run(
-            [exe, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return None
-    gpus = []
-    for line in out.strip().splitlines():
-        idx, name, mem = (x.strip() for x in line.split(",", 2))
-        gpus.append({"index": int(idx), "name": name, "memory_gib": round(float(mem) / 1024, 1)})
-    return gpus
-
-
 def transport_rule(env: Mapping[str, str], gpus: int, nodes: int, rep: Report, facts: dict) -> None:
     """The GPU topology and the NCCL_* environment into the run record; a GPU pair without NVLink or a variable
-    that turns a transport off is a warning (rft/launch/transport.py)."""
-    topology = read_topology(dict(env))
+    that turns a transport off is a warning (rft/provision/transport.py)."""
+    topology = host.gpu_topology(dict(env))
     facts["gpu_topology"], facts["nccl_env"] = topology, nccl_env(dict(env))
     rep.warnings += topology_warnings(topology, gpus) + env_warnings(dict(env), nodes)
 
@@ -526,24 +510,11 @@ def standins_rule(profile: Profile, env: Mapping[str, str], gpus: list[dict] | N
     return errors
 
 
-def existing_ancestor(path: str) -> Path:
-    """The nearest existing directory at or above `path`."""
-    p = Path(path).expanduser().absolute()
-    while not p.exists():
-        p = p.parent
-    return p
-
-
-def free_gib(path: Path) -> float:
-    """Free space, in GiB, of the filesystem holding `path` (which must exist)."""
-    return shutil.disk_usage(path).free / GIB
-
-
 def check_disk(paths: list[str], min_gib: float, rep: Report) -> None:
     """Free space where checkpoints and saved models go."""
     for path in paths:
-        base = existing_ancestor(path)
-        free = free_gib(base)
+        base = host.existing_ancestor(path)
+        free = host.free_gib(base)
         msg = f"disk: {path} ({base}) has {free:.0f} GiB free"
         if free < min_gib:
             rep.blocking.append(f"{msg}, needs >= {min_gib:g} GiB")
@@ -578,25 +549,204 @@ def sft_gpus(profile: Profile, env: Mapping[str, str] | None = None) -> int:
     return int(value) if value.isdigit() else profile.sft_gpus
 
 
-def run_checks(
-    profile: Profile, argv: list[str], env: Mapping[str, str], *, lr_pool: int | None = None,
-    pool_if_absent: int | None = None, judge_live: bool = True
-) -> tuple[Report, dict]:
-    """Every check that does not change anything (but one live judge call with REWARD=judge); returns the
-    report and facts for the run record. `env`: the launcher's environment, read once by its entry point
-    (RFT_OPENRLHF_DIR, RAY_ADDRESS, RFT_SMOKE, NUM_GPUS, the judge's credentials and settings file);
-    `pool_if_absent`: the launch's --pool N, the LR preflight's pool when --prompt_data is not on this machine."""
+@dataclass
+class Check:
+    """What every rule reads: the profile, the command (argv and OpenRLHF's parse of it), the launcher's environment
+    (read once by its entry point) and the record's facts; rules run in table order, and the LR preflight leaves its
+    schedule here for the judge's cost estimate."""
+
+    profile: Profile
+    argv: list[str]
+    env: Mapping[str, str]
+    args: argparse.Namespace
+    facts: dict
+    lr_pool: int | None = None
+    pool_if_absent: int | None = None
+    judge_live: bool = True
+    sched: Schedule | None = None
+
+    @property
+    def ppo(self) -> bool:
+        """A GRPO launch (Ray, train_ppo_ray)."""
+        return self.profile.entry == "ppo"
+
+    @property
+    def needed(self) -> int:
+        """GPUs the command places (GRPO), or the DeepSpeed launcher's count (SFT)."""
+        return gpus_needed(self.args) if self.ppo else sft_gpus(self.profile, self.env)
+
+    @cached_property
+    def gpus(self) -> list[dict] | None:
+        """This node's GPUs, read once per launch (rft/provision/host.py)."""
+        return host.gpu_inventory()
+
+
+Finding = tuple[str, str]
+"""(kind, message): kind is the Report list it goes to: errors, blocking, warnings or notes."""
+Rule = Callable[[Check], list[Finding]]
+
+
+def findings(rep: Report) -> list[Finding]:
+    """A report's entries as findings, kind by kind."""
+    return [(kind, text) for kind in ("errors", "blocking", "warnings", "notes") for text in getattr(rep, kind)]
+
+
+def filled(fill: Callable[[Report], object]) -> list[Finding]:
+    """The findings a check that writes into a report writes."""
     rep = Report()
-    facts: dict = {}
+    fill(rep)
+    return findings(rep)
+
+
+def of(kind: str, texts: list[str]) -> list[Finding]:
+    """Messages as findings of one kind."""
+    return [(kind, t) for t in texts]
+
+
+def attention_rules(c: Check) -> list[Finding]:
+    """The attention path, flash-attn and gradient checkpointing."""
+    errs, warns = attention_rule(c.args, c.argv)
+    errs += flash_attn_rule(c.args, installed_version("flash-attn")) + checkpointing_rule(c.args)
+    return of("errors", errs) + of("warnings", warns)
+
+
+def model_rules(c: Check) -> list[Finding]:
+    """The actor's and the served checkpoint: present, and how MXFP4 loads."""
+    return filled(lambda rep: model_rule(c.args, rep))
+
+
+def grpo_rules(c: Check) -> list[Finding]:
+    """LoRA sync, loss and sampling, the levers, the placement and the eval settings of a GRPO command."""
+    if not c.ppo:
+        return []
+    found = filled(lambda rep: lora_sync_rule(c.args, rep))
+    found += filled(lambda rep: loss_and_sampling_rule(c.args, rep, c.facts))
+    found += filled(lambda rep: levers_rule(c.args, rep, c.facts))
+    return found + of("errors", placement_rules(c.args)) + of("warnings", eval_rule(c.args))
+
+
+def data_rule(c: Check) -> list[Finding]:
+    """The data files: present, their keys, train and eval disjoint; their SHA-256 into the facts."""
+    rep = Report()
+    c.facts["data_sha256"] = check_data(c.args, c.profile.entry, rep)
+    return findings(rep)
+
+
+def lr_preflight_rule(c: Check) -> list[Finding]:
+    """The LR schedule over the pool (rft/plan/lr_schedule.py); the schedule stays in `c` for the judge's rule."""
+    if not c.ppo:
+        return []
+    a, env, rep = c.args, c.env, Report()
+    try:
+        try:
+            c.sched = schedule_from_args(a, c.lr_pool)
+        except FileNotFoundError:
+            if c.pool_if_absent is None:
+                raise
+            c.sched = schedule_from_args(a, c.pool_if_absent)  # data not here: size it from --pool N
+            rep.warnings.append(f"LR preflight: pool taken from --pool {c.pool_if_absent} (--prompt_data not found)")
+    except (ValueError, FileNotFoundError) as e:
+        rep.blocking.append(f"LR preflight: cannot size the pool ({e})")
+        return findings(rep)
+    sched = c.sched
+    verdict = evaluate(sched)
+    c.facts["lr_preflight"] = report(sched, verdict)
+    # a smoke run is a few steps on purpose: the schedule rules do not apply to it
+    (rep.warnings if smoke_mode(env) else rep.errors).extend(f"LR preflight: {e}" for e in verdict.errors)
+    hints = suggest(sched) if not verdict.ok and not smoke_mode(env) else []
+    if hints:
+        rep.errors.append(f"LR preflight: {suggestion_line(hints)}")
+    rep.warnings += [f"LR preflight: {w}" for w in verdict.warnings]
+    if verdict.ok:
+        rep.notes.append(
+            f"LR preflight: {sched.total_steps} scheduler steps, warm-up {sched.warmup_steps}, "
+            f"{sched.steps_per_rollout:g} per rollout step"
+        )
+    if getattr(a, "dynamic_filtering", False) or getattr(a, "prompt_history", False):
+        rep.notes.append(prompt_filter_note(a, sched))
+    return findings(rep)
+
+
+def reward_rules(c: Check) -> list[Finding]:
+    """The exact-match reward's settings file, and the judge's credentials, cost and one live call."""
+    if not c.ppo:
+        return []
+    steps = c.sched.rollout_steps if c.sched is not None else None
+    return filled(lambda rep: em_settings_rule(c.args, rep, c.env)) + filled(
+        lambda rep: judge_rule(c.args, rep, steps, live=c.judge_live, env=c.env))
+
+
+def standins_rules(c: Check) -> list[Finding]:
+    """The CPU profile's stand-ins never on a GPU node."""
+    return of("errors", standins_rule(c.profile, c.env, c.gpus))
+
+
+def smoke_rule(c: Check) -> list[Finding]:
+    """SMOKE=1: a GRPO command with a LoRA adapter and an engine; what the smoke run will do."""
+    a = c.args
+    if not smoke_mode(c.env):
+        return []
+    if c.profile.entry == "sft":
+        return [("errors", "SMOKE=1 checks a GRPO run's LoRA sync to vLLM: an SFT launch has no smoke run")]
+    if a.lora_rank <= 0 or not (a.vllm_num_engines or 0):
+        return [("errors", "SMOKE=1 checks the LoRA sync to vLLM: this command has no LoRA adapter or no engine")]
+    return [("notes",
+             f"smoke run: {a.max_samples} prompts = {a.max_samples // max(a.rollout_batch_size, 1)} rollout step(s), "
+             f"lr {a.actor_learning_rate:g}, eval and checkpoints off, sync probe on; PASS/FAIL at the end")]
+
+
+def gpu_rules(c: Check) -> list[Finding]:
+    """The CPU profile's logical GPUs, or this node's GPUs, their topology and the NCCL_* environment."""
+    skip_lora = getattr(c.args, "vllm_sync_lora_skip", False)
+    if c.profile.cpu:
+        found = [("notes", f"GPUs: none used; {c.needed} logical GPU(s) in the private Ray on 127.0.0.1 (CPU profile)")]
+        if skip_lora:
+            found.append(("warnings", "--vllm_sync_lora_skip: the ablation run, rollouts stay on the base model"))
+        return found
+    c.facts["gpus"] = c.gpus
+    found = filled(lambda rep: check_gpus(c.needed, c.profile, c.gpus, rep, c.env.get("RAY_ADDRESS")))
+    nodes = getattr(c.args, "actor_num_nodes", 1) or 1
+    found += filled(lambda rep: transport_rule(c.env, len(c.gpus or []), nodes, rep, c.facts))
+    if skip_lora:
+        found.append(("errors", "--vllm_sync_lora_skip is an ablation for the CPU profile: it would train nothing"))
+    return found
+
+
+def resource_rules(c: Check) -> list[Finding]:
+    """Host RAM for the model loads, and disk where checkpoints and saved models go."""
+    found = of("blocking", host_ram_rule(c.profile, c.args))
+    return found + filled(lambda rep: check_disk([c.args.save_path, c.args.ckpt_path], c.profile.min_free_disk_gib, rep))
+
+
+RULES: list[Rule] = [
+    attention_rules,
+    model_rules,
+    grpo_rules,
+    data_rule,
+    lr_preflight_rule,
+    reward_rules,
+    standins_rules,
+    smoke_rule,
+    gpu_rules,
+    resource_rules,
+]
+"""The launch checks, in the order their findings are reported."""
+
+
+def parse_command(
+    profile: Profile, argv: list[str], env: Mapping[str, str], facts: dict
+) -> tuple[list[Finding], argparse.Namespace | None]:
+    """The patch series' state, then the command parsed by OpenRLHF's own parser (on a patched scratch copy when
+    the installed library is not patched); no namespace when the flags are refused."""
     override = env.get(OPENRLHF_DIR_ENV)
     state = patch_state(target=override)
     patched, patch_out = state.applied, state.output
     facts["patches"] = {"applied": patched, "check_output": patch_out}
-    (rep.notes if patched else rep.blocking).append(
-        "patches: all applied"
-        if patched
-        else f"patches: not all applied to the installed openrlhf (run bash apply_patches.sh): {patch_out.splitlines()[-1:]}"
-    )
+    found: list[Finding] = [
+        ("notes", "patches: all applied") if patched else
+        ("blocking",
+         f"patches: not all applied to the installed openrlhf (run bash apply_patches.sh): {patch_out.splitlines()[-1:]}")
+    ]
     where = "the installed (patched) OpenRLHF" if patched else "the installed OpenRLHF"
     with tempfile.TemporaryDirectory(prefix="rft-openrlhf-") as tmp:
         root = openrlhf_root(env)
@@ -606,76 +756,25 @@ def run_checks(
         try:
             parsed = parse_args(argv, profile.entry, root)
         except FlagError as e:
-            rep.errors.append(f"{e} (checked against {where})")
-            return rep, facts
-    a = parsed.args
-    rep.notes.append(f"flags: accepted by OpenRLHF's own parser and validation ({profile.entry}), on {where}")
-    rep.warnings += [f"OpenRLHF: {w}" for w in parsed.warnings]
-    errs, warns = attention_rule(a, argv)
-    rep.errors += errs + flash_attn_rule(a, installed_version("flash-attn")) + checkpointing_rule(a)
-    rep.warnings += warns
-    model_rule(a, rep)
-    if profile.entry == "ppo":
-        lora_sync_rule(a, rep)
-        loss_and_sampling_rule(a, rep, facts)
-        levers_rule(a, rep, facts)
-        rep.errors += placement_rules(a)
-        rep.warnings += eval_rule(a)
-    facts["data_sha256"] = check_data(a, profile.entry, rep)
-    sched = None
-    if profile.entry == "ppo":
-        try:
-            try:
-                sched = schedule_from_args(a, lr_pool)
-            except FileNotFoundError:
-                if pool_if_absent is None:
-                    raise
-                sched = schedule_from_args(a, pool_if_absent)  # data not here: size it from --pool N
-                rep.warnings.append(f"LR preflight: pool taken from --pool {pool_if_absent} (--prompt_data not found)")
-        except (ValueError, FileNotFoundError) as e:
-            rep.blocking.append(f"LR preflight: cannot size the pool ({e})")
-        else:
-            verdict = evaluate(sched)
-            facts["lr_preflight"] = report(sched, verdict)
-            # a smoke run is a few steps on purpose: the schedule rules do not apply to it
-            (rep.warnings if smoke_mode(env) else rep.errors).extend(f"LR preflight: {e}" for e in verdict.errors)
-            hints = suggest(sched) if not verdict.ok and not smoke_mode(env) else []
-            if hints:
-                rep.errors.append(f"LR preflight: {suggestion_line(hints)}")
-            rep.warnings += [f"LR preflight: {w}" for w in verdict.warnings]
-            if verdict.ok:
-                rep.notes.append(
-                    f"LR preflight: {sched.total_steps} scheduler steps, warm-up {sched.warmup_steps}, "
-                    f"{sched.steps_per_rollout:g} per rollout step"
-                )
-            if getattr(a, "dynamic_filtering", False) or getattr(a, "prompt_history", False):
-                rep.notes.append(prompt_filter_note(a, sched))
-        em_settings_rule(a, rep, env)
-        judge_rule(a, rep, sched.rollout_steps if sched is not None else None, live=judge_live, env=env)
-        needed = gpus_needed(a)
-    else:
-        needed = sft_gpus(profile, env)
-    gpus = gpu_inventory()
-    rep.errors += standins_rule(profile, env, gpus)
-    if smoke_mode(env) and profile.entry == "sft":
-        rep.errors.append("SMOKE=1 checks a GRPO run's LoRA sync to vLLM: an SFT launch has no smoke run")
-    elif smoke_mode(env) and (a.lora_rank <= 0 or not (a.vllm_num_engines or 0)):
-        rep.errors.append("SMOKE=1 checks the LoRA sync to vLLM: this command has no LoRA adapter or no engine")
-    elif smoke_mode(env):
-        rep.notes.append(
-            f"smoke run: {a.max_samples} prompts = {a.max_samples // max(a.rollout_batch_size, 1)} rollout step(s), "
-            f"lr {a.actor_learning_rate:g}, eval and checkpoints off, sync probe on; PASS/FAIL at the end"
-        )
-    if profile.cpu:
-        rep.notes.append(f"GPUs: none used; {needed} logical GPU(s) in the private Ray on 127.0.0.1 (CPU profile)")
-        if getattr(a, "vllm_sync_lora_skip", False):
-            rep.warnings.append("--vllm_sync_lora_skip: the ablation run, rollouts stay on the base model")
-    else:
-        facts["gpus"] = gpus
-        check_gpus(needed, profile, gpus, rep, env.get("RAY_ADDRESS"))
-        transport_rule(env, len(gpus or []), getattr(a, "actor_num_nodes", 1) or 1, rep, facts)
-        if getattr(a, "vllm_sync_lora_skip", False):
-            rep.errors.append("--vllm_sync_lora_skip is an ablation for the CPU profile: it would train nothing")
-    rep.blocking += host_ram_rule(profile, a)
-    check_disk([a.save_path, a.ckpt_path], profile.min_free_disk_gib, rep)
+            return [*found, ("errors", f"{e} (checked against {where})")], None
+    found += [("notes", f"flags: accepted by OpenRLHF's own parser and validation ({profile.entry}), on {where}")]
+    return found + of("warnings", [f"OpenRLHF: {w}" for w in parsed.warnings]), parsed.args
+
+
+def run_checks(
+    profile: Profile, argv: list[str], env: Mapping[str, str], *, lr_pool: int | None = None,
+    pool_if_absent: int | None = None, judge_live: bool = True
+) -> tuple[Report, dict]:
+    """Every check that does not change anything (but one live judge call with REWARD=judge): the command parsed,
+    then each rule of RULES; returns the report and facts for the run record. `env`: the launcher's environment,
+    read once by its entry point (RFT_OPENRLHF_DIR, RAY_ADDRESS, RFT_SMOKE, NUM_GPUS, the judge's credentials and
+    settings file); `pool_if_absent`: the launch's --pool N, the pool when --prompt_data is not on this machine."""
+    rep, facts = Report(), {}
+    found, args = parse_command(profile, argv, env, facts)
+    rep.add(found)
+    if args is None:
+        return rep, facts
+    check = Check(profile, argv, env, args, facts, lr_pool=lr_pool, pool_if_absent=pool_if_absent, judge_live=judge_live)
+    for rule in RULES:
+        rep.add(rule(check))
     return rep, facts

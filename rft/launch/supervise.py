@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rft.launch.prereqs import gpu_count
 from rft.launch.rules import Profile
+from rft.provision.host import gpu_count
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 SAMPLER_MODULE = "rft.monitor.gpu_memory"  # python -m ... OUT_JSON: GPU memory by role while the run lasts

@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from rft.launch.step_time import calibrate, figures_text
 from rft.monitor.logs import MetricsLog
 from rft.monitor.step_phases import mean_seconds, timed_steps
+from rft.plan.step_time import calibrate, figures_text
 
 
 def openrlhf_argv(record: dict) -> list[str]:

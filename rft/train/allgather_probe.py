@@ -57,12 +57,12 @@ def zero3_shard_bytes(model: Any, world: int) -> int:
 
 
 def floor_and_model(args: Any) -> tuple[float | None, float | None]:
-    """(floor, the model's figure) in GB/s for the run's flags (rft.launch.step_time); (None, None) for a model
+    """(floor, the model's figure) in GB/s for the run's flags (rft.plan.step_time); (None, None) for a model
     the step-time model does not know (e.g. the CPU profile's tiny one)."""
     import argparse
     import os
 
-    from rft.launch.step_time import FIGURES_ENV, FiguresError, gather_floor, load_figures, shape_for
+    from rft.plan.step_time import FIGURES_ENV, FiguresError, gather_floor, load_figures, shape_for
 
     shape = shape_for(getattr(args, "pretrain", None) or "")
     if shape is None:

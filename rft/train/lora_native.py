@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from rft.io import pid_alive
-from rft.launch.train_options import served_lora_rank
+from rft.plan.train_options import served_lora_rank
 from rft.train.lora_payload import LoraSyncError, check_same_targets, decode_payload
 
 _TMPFS = Path("/dev/shm")

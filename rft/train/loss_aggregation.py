@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 # The option itself (modes, default, validation, the dry run's wording) is decided where the launch checks it too.
-from rft.launch.train_options import (  # noqa: E402,F401  (the names the patches import from here)
+from rft.plan.train_options import (  # noqa: E402,F401  (the names the patches import from here)
     MODES,
     aggregation_in_force,
     default_aggregation,

@@ -134,10 +134,10 @@ def test_merge_check_sees_a_tp_placement_mutant(monkeypatch):
 
 
 def test_mxfp4_check_sees_an_inexact_dequantizer(monkeypatch):
-    import rft.mxfp4
+    import rft.gptoss.mxfp4
 
-    real = rft.mxfp4.dequantize_expert
-    monkeypatch.setattr(rft.mxfp4, "dequantize_expert", lambda b, s: real(b, s) * 1.0078125)
+    real = rft.gptoss.mxfp4.dequantize_expert
+    monkeypatch.setattr(rft.gptoss.mxfp4, "dequantize_expert", lambda b, s: real(b, s) * 1.0078125)
     rows = ph.mxfp4_dequant(ph.tiny_shape(), torch.device("cpu"), 2)
     assert all(r["rft_mismatches"] > 0 and not r["transformers_vs_rft_equal"] for r in rows)
     assert all(r["transformers_mismatches"] == 0 for r in rows)

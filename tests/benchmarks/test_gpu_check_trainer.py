@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks import gpu_check_trainer as gt
 from rft.fixtures.patched_openrlhf import stub_env
-from rft.launch import step_time
+from rft.plan import step_time
 from rft.provenance import REPO_ROOT as ROOT
 
 
@@ -61,11 +61,11 @@ def test_figures_beside_the_model_and_into_the_dry_run(trainer_run):
     assert "tiny configuration" in step_time.figures_source(path)
     argv = ["--pretrain", "openai/gpt-oss-20b", "--prompt_max_len", "1024", "--generate_max_len", "4096",
             "--zero_stage", "3", "--lora_rank", "32", "--gradient_checkpointing"]
-    res = subprocess.run([sys.executable, "-m", "rft.launch.step_time", "--device-figures", str(path), "--", *argv],
+    res = subprocess.run([sys.executable, "-m", "rft.plan.step_time", "--device-figures", str(path), "--", *argv],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert f"actor_mfu, forward_mfu from {path} (make gpu-check, tiny configuration" in res.stdout
-    stated = subprocess.run([sys.executable, "-m", "rft.launch.step_time", "--", *argv], cwd=ROOT,
+    stated = subprocess.run([sys.executable, "-m", "rft.plan.step_time", "--", *argv], cwd=ROOT,
                             capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
     assert "figures: as stated" in stated.stdout  # the tiny figures predict a far longer step than the stated ones
     minutes = [float(x.stdout.split(" at the stated figures)")[0].rsplit("(", 1)[1]) for x in (res, stated)]

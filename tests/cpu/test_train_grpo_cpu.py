@@ -447,7 +447,7 @@ def test_filter_and_history_switches_on_the_mixed_task(tmp_path):
     checkpoint carries the prompt history."""
     import torch
 
-    from rft.launch.lr_schedule import Schedule
+    from rft.plan.lr_schedule import Schedule
 
     inputs = tmp_path / "inputs"
     subprocess.run([sys.executable, "-m", "rft.cpu.demo", str(inputs), "--task", "mixed", "--format-steps", "80"],

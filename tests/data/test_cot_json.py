@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from rft.data.cot_json import EVAL_FILE, POOL_FILE, import_cot, main
+from rft.data.problems import problem_hash
 from rft.io import read_jsonl
-from rft.problems import problem_hash
 from rft.prompts import INSTRUCTION, strip_instruction
 
 

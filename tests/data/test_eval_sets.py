@@ -9,6 +9,7 @@ import pytest
 
 from rft.data.config import Inputs
 from rft.data.eval_sets import EvalInput, build_eval_sets, load_integer_set
+from rft.data.problems import problem_hash
 from rft.data.sources import DataError, parse_source
 from rft.fixtures.data_fixtures import (
     AIME_S,
@@ -23,7 +24,6 @@ from rft.fixtures.data_fixtures import (
     small_inputs,
 )
 from rft.io import read_jsonl
-from rft.problems import problem_hash
 
 
 def test_eval_sets_count_every_input_drop_overlaps_and_block_every_row(tmp_path):

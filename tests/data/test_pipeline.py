@@ -27,6 +27,7 @@ from rft.data.pipeline import (
     prepare,
     write_outputs,
 )
+from rft.data.problems import problem_hash
 from rft.data.solutions import SFT_OK, last_boxed_content, sft_output
 from rft.data.sources import DataError, Source, load_hub_table, parse_source
 from rft.data.verify import verify
@@ -47,7 +48,6 @@ from rft.fixtures.data_fixtures import (
     write_numina,
 )
 from rft.io import read_jsonl, sha256_file
-from rft.problems import problem_hash
 from rft.prompts import strip_instruction
 from rft.provenance import REPO_ROOT as ROOT
 

@@ -13,7 +13,7 @@ import torch
 from rft.eval import merge
 from rft.eval.merge import MergeError, base_load_kwargs, resolve_base, resolve_model
 from rft.fixtures.tiny_model import build_tiny_model, fabricate_lora_adapter
-from rft.mxfp4 import quant_method
+from rft.gptoss.mxfp4 import quant_method
 from tests.support.processes import group
 
 

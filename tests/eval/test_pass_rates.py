@@ -7,11 +7,11 @@ import json
 
 import pytest
 
+from rft.data.problems import problem_hash
 from rft.eval import cli
 from rft.eval.pass_rates import ROW_KEYS, PassRateConfig, compute_pass_rates
 from rft.fixtures.tiny_model import build_tiny_model
 from rft.io import atomic_write_jsonl, read_jsonl
-from rft.problems import problem_hash
 from rft.prompts import build_input
 
 

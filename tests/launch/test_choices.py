@@ -99,7 +99,7 @@ def test_decide_puts_every_choice_in_front_with_its_line(tmp_path):
 
 
 def test_deterministic_turns_on_openrlhfs_full_determinism_and_vllms_batch_invariant_kernels(tmp_path):
-    from rft.launch.openrlhf_cli import known_flags
+    from rft.plan.openrlhf_cli import known_flags
 
     assert "--full_determinism" in known_flags()  # 0.9.3's own flag
     assert choices.determinism([])[0] == {}

@@ -17,19 +17,20 @@ import pytest
 from rft.fixtures.judge_server import JudgeServer
 from rft.fixtures.reward_files import write_reward_toml
 from rft.io import atomic_write_jsonl, sha256_file
-from rft.launch import cli, prereqs, rules
-from rft.launch.openrlhf_cli import (
+from rft.launch import cli, rules
+from rft.launch.removed import PAGE
+from rft.launch.run_pointer import find_run
+from rft.plan.openrlhf_cli import (
     FlagError,
     apply_negations,
     parse_args,
     resolve_overrides,
     store_true_flags,
 )
-from rft.launch.removed import PAGE
-from rft.launch.run_pointer import find_run
 from rft.provenance import REPO_ROOT as ROOT
-from tests.launch.rows import rows
+from rft.provision import host
 from tests.support.git import git
+from tests.support.rows import rows
 
 SCRIPTS = ["train_grpo_20b.sh", "train_grpo_120b.sh", "train_grpo_20b_a27.sh", "train_grpo_20b_a28a.sh",
            "train_grpo_20b_a28b.sh", "train_grpo_small.sh", "train_sft.sh"]
@@ -423,13 +424,13 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
     (bin_dir / "nvidia-smi").chmod(0o755)
-    (bin_dir / "topo.txt").write_text((Path(__file__).resolve().parent / "topo" / "h100_sxm_nv18.txt").read_text())
+    (bin_dir / "topo.txt").write_text((ROOT / "tests" / "provision" / "topo" / "h100_sxm_nv18.txt").read_text())
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("NCCL_DEBUG", "WARN")
     monkeypatch.delenv("NCCL_P2P_DISABLE", raising=False)
     # stand-in for the node's data disk: this machine's /tmp may hold less than the 50 GiB the 20b profile asks
-    monkeypatch.setattr(rules, "free_gib", lambda path: NODE_DISK_FREE_GIB)
-    monkeypatch.setattr(prereqs, "mem_available_gib", lambda: NODE_RAM_GIB)
+    monkeypatch.setattr(host, "free_gib", lambda path: NODE_DISK_FREE_GIB)
+    monkeypatch.setattr(host, "mem_available_gib", lambda: NODE_RAM_GIB)
     monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
     monkeypatch.setenv("METRICS_LOG_DIR", str(tmp_path / "records"))
     monkeypatch.setenv("RUN_NAME", "a07")
@@ -482,7 +483,7 @@ def test_launch_workflow_tags_and_records(repo, patched_root, data_dir, tmp_path
     assert "GPU topology" not in out.err and "NCCL_P2P_DISABLE" not in out.err
     assert "LR preflight: OK" in record["lr_preflight"]
     assert record["loss_aggregation"] == "dr_grpo_constant"  # the estimator's default (rft.train.loss_aggregation)
-    # the step-time model's phases, the monitor's contract (rft.launch.step_time; the names of the time_*_s keys)
+    # the step-time model's phases, the monitor's contract (rft.plan.step_time; the names of the time_*_s keys)
     predicted = record["predicted_step_s"]
     assert sorted(predicted) == sorted(["generate", "reward", "logprob", "train", "sync", "eval", "save", "other",
                                         "step"])

@@ -12,7 +12,7 @@ import pytest
 from rft.fixtures.reward_files import write_reward_toml
 from rft.io import atomic_write_jsonl
 from rft.launch import rules
-from rft.launch.openrlhf_cli import FlagError, parse_args
+from rft.plan.openrlhf_cli import FlagError, parse_args
 from rft.provenance import REPO_ROOT as ROOT
 
 
@@ -61,8 +61,7 @@ def test_reference_from_the_actor_is_not_placed(patched_root, monkeypatch):
 
 def test_check_disk_reads_the_real_filesystem(tmp_path):
     """Blocks below the profile's need, names the path and its nearest existing parent; notes it otherwise."""
-    free = shutil.disk_usage(tmp_path).free / rules.GIB
-    assert rules.free_gib(tmp_path) == pytest.approx(free, rel=0.01)
+    free = shutil.disk_usage(tmp_path).free / 2**30
     target = str(tmp_path / "not" / "yet" / "ckpt")
     short = rules.Report()
     rules.check_disk([target], free * 2 + 1, short)
@@ -201,7 +200,7 @@ def test_truncated_sampling_is_warned_naming_the_consequence(patched_root, monke
 
 def test_loss_aggregation_flag_is_validated_by_the_patched_parser(patched_root, monkeypatch):
     """An explicit window aggregation on a dynamic batch is refused by OpenRLHF's own (patched) validation."""
-    from rft.launch.openrlhf_cli import FlagError
+    from rft.plan.openrlhf_cli import FlagError
 
     monkeypatch.setenv(rules.OPENRLHF_DIR_ENV, str(patched_root))
     base = ["--pretrain", "m", "--remote_rm_url", "r.py", "--vllm_num_engines", "1", "--advantage_estimator",
@@ -226,3 +225,25 @@ def test_levers_rule_records_the_rollout_lag_and_names_the_levers(patched_root, 
     assert facts == {"rollout_lag": 2}
     assert [n.split(":")[0] for n in rep.notes] == ["--async_train", "--ref_from_actor", "--zero_stage 2 with LoRA"]
     assert not rep.errors
+
+
+def test_the_checks_are_one_table_of_rules_with_one_signature(patched_root, tmp_path):
+    """Each rule of RULES takes the Check and returns (kind, message) findings; run_checks is their sum in order."""
+    import inspect
+
+    assert all(list(inspect.signature(rule).parameters) == ["c"] for rule in rules.RULES)
+    env = {rules.OPENRLHF_DIR_ENV: str(patched_root), "POOL": "400", "PATH": os.environ["PATH"]}
+    flags = [*SMALL_FLAGS, "--ckpt_path", str(tmp_path / "ckpt")]
+    rep, facts = rules.run_checks(rules.PROFILES["small"], flags, env, lr_pool=400)
+    found, args = rules.parse_command(rules.PROFILES["small"], flags, env, {})
+    check = rules.Check(rules.PROFILES["small"], flags, env, args, {}, lr_pool=400)
+    for rule in rules.RULES:
+        out = rule(check)
+        assert all(kind in ("errors", "blocking", "warnings", "notes") and isinstance(text, str)
+                   for kind, text in out), (rule.__name__, out)
+        found += out
+    again = rules.Report()
+    again.add(found)
+    assert again == rep and check.facts.keys() == facts.keys() - {"patches"}
+    assert check.sched is not None and "lr_preflight" in facts  # the preflight's schedule left for the judge's rule
+    assert rules.findings(rep) == [(k, t) for k in ("errors", "blocking", "warnings", "notes") for t in getattr(rep, k)]

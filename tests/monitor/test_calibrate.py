@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from rft.launch.memory_plan import config_shape
-from rft.launch.step_time import CALIBRATED, load_figures, predict
 from rft.monitor.calibrate import measured, openrlhf_argv
 from rft.monitor.cli import main
 from rft.monitor.logs import read_metrics
+from rft.plan.memory_plan import config_shape
+from rft.plan.step_time import CALIBRATED, load_figures, predict
 from tests.monitor.metric_logs import write_scenario
 
 TINY_GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 512,

@@ -9,7 +9,7 @@ BASE = ["--pretrain", "m", "--prompt_data", "d", "--actor_num_gpus_per_node", "1
 
 
 def test_filter_and_history_flags_parse_and_build_the_filter(patched_openrlhf, monkeypatch):  # noqa: F811
-    from rft.launch.openrlhf_cli import parse_args
+    from rft.plan.openrlhf_cli import parse_args
     from rft.train.prompt_filter import PromptFilter
 
     monkeypatch.setenv("RFT_OPENRLHF_DIR", str(patched_openrlhf))

@@ -1,5 +1,5 @@
 """A local HTTP server on 127.0.0.1 speaking the part of the Hugging Face Hub API that model_info and
-snapshot_download use (point huggingface_hub at it with HF_ENDPOINT), for tests/launch/test_download.py.
+snapshot_download use (point huggingface_hub at it with HF_ENDPOINT), for tests/provision/test_download.py.
 
 One model repo at one commit: `GET /api/models/<repo>[/revision/<rev>]` lists its files (with sizes only when
 asked with `blobs=true`, as the Hub does), `HEAD`/`GET /<repo>/resolve/<rev>/<path>` serve a file with the headers

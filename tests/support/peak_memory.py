@@ -1,6 +1,6 @@
 """Peak live tensor bytes of a CPU computation, counted at the ATen level: every storage an op allocates (not a view of its inputs) is live until
 its last tensor is freed. What the memory plan's activation coefficients are measured with
-(tests/launch/test_memory_plan.py); the same ops allocate the same tensors on a GPU, less the allocator's rounding."""
+(tests/plan/test_memory_plan.py); the same ops allocate the same tensors on a GPU, less the allocator's rounding."""
 
 from __future__ import annotations
 

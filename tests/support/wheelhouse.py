@@ -2,7 +2,7 @@
 installs, under the pinned name and version, and the real setuptools, wheel and packaging zipped back from this
 interpreter.
 
-Names come from the recipe (rft/launch/train_env.py: STACK, TORCH_COMPANIONS) and pyproject (rft's dependencies,
+Names come from the recipe (rft/provision/train_env.py: STACK, TORCH_COMPANIONS) and pyproject (rft's dependencies,
 the `train` extra); a version the recipe does not pin comes from docs/train-plan.txt. The stand-ins carry no
 dependencies but openrlhf's einops (the flash_attn stand-in's one), so `pip check` holds.
 `torch.cuda.is_available()` answers $RFT_STANDIN_CUDA == "1"; `deepspeed` prints to stdout on import as the real
@@ -19,8 +19,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from rft.launch.train_env import STACK, TORCH_COMPANIONS
 from rft.provenance import REPO_ROOT as ROOT
+from rft.provision.train_env import STACK, TORCH_COMPANIONS
 
 TORCH = """import os
 

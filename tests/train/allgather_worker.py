@@ -31,8 +31,8 @@ def main(rank: int, world: int, port: int, shard_bytes: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     measured = measure_allgather(shard_bytes)
-    from rft.launch.step_time import recipe
-    from tests.launch.test_step_time import RECIPE_20B
+    from rft.plan.step_time import recipe
+    from tests.plan.test_step_time import RECIPE_20B
 
     args = recipe(RECIPE_20B)
     owner = SimpleNamespace()

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from rft.cpu.local_ray import free_port
-from rft.launch.step_time import FIGURES, gather_floor, load_figures, predict
+from rft.plan.step_time import FIGURES, gather_floor, load_figures, predict
 from rft.train.allgather_probe import transport_statement, zero3_shard_bytes
-from tests.launch.test_step_time import RECIPE_20B
+from tests.plan.test_step_time import RECIPE_20B
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "train" / "allgather_worker.py"

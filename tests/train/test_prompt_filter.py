@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rft.launch.lr_schedule import Schedule
+from rft.plan.lr_schedule import Schedule
 from rft.train.prompt_filter import (
     MIXED,
     RIGHT,

@@ -15,8 +15,8 @@ import torch
 
 from rft.cpu.standins import install as install_cuda_standins
 from rft.fixtures.cpu_trainer import TARGETS, tiny_llama_config, tiny_lora_model, trainer_args
-from rft.launch.openrlhf_cli import FlagError
-from rft.launch.train_options import uses_actor_as_reference
+from rft.plan.openrlhf_cli import FlagError
+from rft.plan.train_options import uses_actor_as_reference
 from rft.train.reference import REFERENCE_FORWARD, ActorAsReference, adapter_disabled
 
 LORA = ["--lora_rank", "8", "--lora_alpha", "16", "--target_modules", *TARGETS]

@@ -1,7 +1,7 @@
 """Import-only stand-in for flash_attn: the names OpenRLHF imports at module level, each raising when called.
 
 Used where no flash-attn kernel runs: the CPU profile (no CPU build exists) and the GPU node's environment, whose
-recipes use eager attention (rft/launch/train_env.py installs it there as flash-attn 2.8.3+rft.standin).
+recipes use eager attention (rft/provision/train_env.py installs it there as flash-attn 2.8.3+rft.standin).
 """
 
 __version__ = "0.0.0+stub"

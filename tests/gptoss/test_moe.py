@@ -1,4 +1,4 @@
-"""rft/moe.py: gpt-oss eval forwards take the training forward's routed expert loop on any device.
+"""rft/gptoss/moe.py: gpt-oss eval forwards take the training forward's routed expert loop on any device.
 
 The CPU always takes the loop in transformers, so the GPU branch is forced here with hidden states whose device
 reports type "cuda" while their storage stays on the CPU; which branch ran is read from the torch ops called.
@@ -11,7 +11,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from rft.fixtures.mxfp4_fixtures import build_mxfp4_checkpoint, tiny_config, zero3_strategy
-from rft.moe import ROUTED, expert_modules, route_experts_in_eval
+from rft.gptoss.moe import ROUTED, expert_modules, route_experts_in_eval
 
 
 class _GpuType(str):

@@ -1,4 +1,4 @@
-"""rft.launch.transport: `nvidia-smi topo -m` parsed, the NCCL_* variables that turn transports off, and both read
+"""rft.provision.transport: `nvidia-smi topo -m` parsed, the NCCL_* variables that turn transports off, and both read
 by the prerequisites through a fake `nvidia-smi` on PATH."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rft.launch import transport
-from rft.launch.prereqs import problems, read_host
-from tests.launch.test_prereqs import GOOD, fake_bin
+from rft.provision import transport
+from rft.provision.prereqs import problems, read_host
+from tests.provision.test_prereqs import GOOD, fake_bin
 
 TOPO = Path(__file__).resolve().parent / "topo"
 

@@ -1,4 +1,4 @@
-"""rft.attention on a tiny gpt-oss model: each path against an fp32 reference of the same weights, forward and gradient."""
+"""rft.gptoss.attention on a tiny gpt-oss model: each path against an fp32 reference of the same weights, forward and gradient."""
 
 from __future__ import annotations
 
@@ -7,8 +7,15 @@ import copy
 import pytest
 import torch
 
-from rft.attention import EAGER_FP32, FLEX, FP32_ROUTER, PATHS, eager_fp32_attention, install_attention_path
 from rft.fixtures.mxfp4_fixtures import tiny_config
+from rft.gptoss.attention import (
+    EAGER_FP32,
+    FLEX,
+    FP32_ROUTER,
+    PATHS,
+    eager_fp32_attention,
+    install_attention_path,
+)
 
 SEEDS = range(4)
 

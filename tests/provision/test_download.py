@@ -1,4 +1,4 @@
-"""rft/launch/download.py against a local Hub (tests/support/hub_server.py, HF_ENDPOINT) with the real
+"""rft/provision/download.py against a local Hub (tests/support/hub_server.py, HF_ENDPOINT) with the real
 huggingface_hub: sizes asked first, a download that would not fit refused before any file is fetched, gpt-oss's
 extra weight copies left out, the cache on $DATA_ROOT by default."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rft.launch.download import Plan, room_problem
 from rft.provenance import REPO_ROOT as ROOT
+from rft.provision.download import Plan, room_problem
 from tests.support.hub_server import HubRepo, HubServer
 
 REPO = "openai/gpt-oss-tiny"
@@ -31,7 +31,7 @@ def download(hub: HubServer, tmp_path: Path, *args: str) -> subprocess.Completed
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
     env.update(HF_ENDPOINT=hub.url, DATA_ROOT=str(tmp_path / "data"), HF_HUB_DISABLE_TELEMETRY="1",
                PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "rft.launch.download", REPO, *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "rft.provision.download", REPO, *args], capture_output=True,
                           text=True, env=env, cwd=ROOT, timeout=300)
 
 

@@ -1,8 +1,9 @@
 """Predicted seconds per phase of one GRPO step of a gpt-oss launch, beside the memory plan, and the levers'
 predicted effect.
 
-Arithmetic on the recipe (`rft.launch.memory_plan`'s shapes and flags) and on stated device figures (`FIGURES`,
-each with its source; override any of them with a TOML file, `--device-figures FILE` or $RFT_DEVICE_FIGURES).
+Arithmetic on the recipe (`rft.plan.memory_plan`'s shapes and flags) and on stated device figures (`FIGURES`, read
+from device_figures.toml beside this module, each with its source; override any of them with a TOML file,
+`--device-figures FILE` or $RFT_DEVICE_FIGURES).
 The phases carry the names of the measured `time_*_s` metric keys. Nothing here was measured on the node; the
 first GPU run's timings calibrate it (docs/step-time.md).
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rft.io import flag_value
-from rft.launch.memory_plan import (
+from rft.plan.memory_plan import (
     EAGER_FP32,
     FLEX,
     GIB,
@@ -52,70 +53,8 @@ class Figure:
         return (self.value if self.low is None else self.low, self.value if self.high is None else self.high)
 
 
-FIGURES: dict[str, Figure] = {
-    "peak_bf16_flops": Figure(989e12, "FLOP/s", "H100 SXM dense BF16 tensor core (1,979 with sparsity), "
-                              "https://www.nvidia.com/en-us/data-center/h100/"),
-    "actor_mfu": Figure(0.0295, "share", "make gpu-check's trainer phase on one H100 (2026-11-27, torch 2.11): "
-                        "OpenRLHF's patched Actor under DeepSpeed ZeRO-3 (one rank) with FusedAdam, gpt-oss-20b at 24 "
-                        "layers, weights at the init scale, LoRA r32, 1024 + 4096 tokens: one training micro-step "
-                        "5.21 s = 1.52e14 FLOP by this model's count (docs/gpu-check.md); spread: the node's torch "
-                        "2.9.1 kernels and ZeRO-3's hooks over 4 ranks, +-20%", 0.024, 0.035),
-    "forward_mfu": Figure(0.0295, "share", "the same run's old-log-prob forward (no grad, eval mode, rft's routed "
-                          "experts): 1.62 s for 5,120 tokens (docs/gpu-check.md); spread as actor_mfu's",
-                          0.024, 0.035),
-    "eager_fp32_train_factor": Figure(1.13, "x", "make gpu-check on one H100, 2026-11-27, docs/gpu-check.md: the same "
-                                      "training micro-step with --attn_implementation rft_eager_fp32, 5.90 s against "
-                                      "eager's 5.21 (forward 1.78 vs 1.69, backward 4.07 vs 3.48)"),
-    "eager_fp32_forward_factor": Figure(1.11, "x", "make gpu-check on one H100, 2026-11-27, docs/gpu-check.md: the "
-                                        "old-log-prob forward with rft_eager_fp32, 1.80 s against eager's 1.62"),
-    "hbm_bytes_s": Figure(3.35e12, "B/s", "H100 SXM HBM3, https://www.nvidia.com/en-us/data-center/h100/"),
-    "allgather_bytes_s": Figure(360e9, "B/s", "NCCL all-gather bus bandwidth over NVLink 4: 450 GB/s a direction "
-                                "(H100 datasheet) x 0.8; nccl-tests 8xH100 busbw 460-480 GB/s all-reduce, "
-                                "https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests; the smoke "
-                                "measures it (rft/train/allgather_probe.py)", 300e9, 400e9),
-    "zero3_gather_share": Figure(0.5, "share", "estimate, not measured: DeepSpeed ZeRO-3's layer-by-layer gathers "
-                                 "(prefetch, hooks, no full overlap at micro-batch 1) against the NCCL figure; "
-                                 "spread: 100-180 GB/s a gather (an independent read: 100-150 more likely)",
-                                 0.28, 0.5),
-    "pcie_bytes_s": Figure(25e9, "B/s", "estimate: half of PCIe Gen5 x16's 64 GB/s a direction (H100 datasheet "
-                           "128 GB/s both ways) for --offload's host-to-GPU fetch of each rank's partition",
-                           15e9, 40e9),
-    "decode_tok_s": Figure(2765, "tok/s", "BORROWED, not a vLLM decode rate: the output throughput of an SGLang "
-                           "serving benchmark of gpt-oss-20b MXFP4 on one H100 at 32 concurrent requests (prefill "
-                           "and queueing included), as quoted in https://github.com/vllm-project/vllm/pull/30598; no "
-                           "vLLM 0.15 pure-decode figure at 4k tokens is published; spread: vLLM below SGLang to a "
-                           "pure decode above a serving rate", 2000, 3500),
-    "decode_batch": Figure(32, "sequences", "the concurrency of the decode_tok_s figure"),
-    "decode_context": Figure(1024, "tokens", "estimate: the mean context of the decode_tok_s benchmark", 512, 2048),
-    "decode_lora_factor": Figure(0.589, "share", "vLLM serving a LoRA adapter vs merged weights on an MoE: 2,779 vs "
-                                 "4,721 tok/s (Unsloth's benchmark, vLLM 0.19, Qwen3-30B-A3B, batch 32); LORA_SYNC=native only",
-                                 0.5, 0.8),
-    "truncated_share": Figure(0.7, "share", "responses that hit --generate_max_len 4096: 'often above 70%' (issue 28; "
-                              "the ops guide's --generate_max_len row: 'Increase if truncation rate >70%')", 0.5, 0.85),
-    "finished_share": Figure(0.5, "share", "estimate: mean length of a finished response over the budget "
-                             "(lengths spread evenly up to it)", 0.3, 0.7),
-    "prompt_tokens": Figure(256, "tokens", "estimate: a math problem under gpt-oss's chat template", 150, 400),
-    "reward_per_s": Figure(2118, "samples/s", "exact-match reward through OpenRLHF's path, docs/benchmarks.md"),
-    "judge_reward_per_s": Figure(49, "samples/s", "REWARD=judge, blend, 1 s judge answers, docs/benchmarks.md"),
-    "sync_call_s": Figure(2.0, "s", "estimate: the LoRA sync's fixed cost a step (the Ray calls to every engine, "
-                          "each worker's merge kernels, the prefix-cache reset); the ops guide's '~18s per sync' is "
-                          "its own estimate, not a measurement", 1.0, 5.0),
-    "object_store_bytes_s": Figure(2e9, "B/s", "estimate: Ray's object store moving the adapter to each engine on "
-                                   "one node (shared memory, then the worker's copy)", 1e9, 5e9),
-    "save_s": Figure(20.0, "s", "estimate: DeepSpeed LoRA + Adam checkpoint (~0.2 GB at 20b, "
-                     "benchmarks/bench_ckpt_size.py) and the HF adapter", 10.0, 40.0),
-    "eval_truncated_share": Figure(1.0, "share", "estimate: the built-in eval decodes greedily, and a greedy gpt-oss "
-                                   "that loops runs to --generate_max_len; every eval prompt at once, "
-                                   "eval_prompts / engines wide (100 at 20b)", 0.7, 1.0),
-    "overhead_s": Figure(7.5, "s", "estimate: the driver's and Ray's per-call costs a step outside the timed phases "
-                         "(experience batches through the object store, the groups' method calls, the metrics "
-                         "line, the sample dump): 5-10 s", 5.0, 10.0),
-    "tokenizer_call_s": Figure(0.0, "s", "the tokenizer's load per engine call: 0, the engines hold one copy "
-                               "(shared_tokenizer.patch); 0.9.3 pickled it into every call, 0.56 s a load at "
-                               "gpt-oss's 201k vocab (12.9 MB)"),
-    "eval_prompts": Figure(200, "prompts", "the OOD probe (probe_set_200_ood.jsonl) when --eval_dataset is not on "
-                           "this machine"),
-}
+FIGURES_FILE = Path(__file__).with_name("device_figures.toml")
+"""The cited figures, shipped in the package: one table a figure (value, unit, source, spread)."""
 SHAPE_20B = SHAPES["gpt-oss-20b"]  # the model of the decode_tok_s figure
 MEASURED_TOKENS = 5120  # the actor_mfu figure's micro-step (1024 + 4096)
 
@@ -130,6 +69,34 @@ def read_figures_file(path: str | Path) -> dict:
         return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise FiguresError(f"device figures {path}: {e}") from e
+
+
+def is_number(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def figure_value(raw: object) -> object:
+    """A figure as a file states it: a number, or a table whose `value` is the number."""
+    return raw.get("value") if isinstance(raw, dict) else raw
+
+
+def cited_figures(path: str | Path = FIGURES_FILE) -> dict[str, Figure]:
+    """The figures of a file of cited figures: each a table with value, unit and source, and low and high where its
+    source allows a spread (FiguresError naming the file and the figure when one is incomplete)."""
+    figures = {}
+    for name, raw in read_figures_file(path).items():
+        table = raw if isinstance(raw, dict) else {}
+        spread = (table.get("low"), table.get("high"))
+        ok = is_number(table.get("value")) and isinstance(table.get("unit"), str) and isinstance(
+            table.get("source"), str) and (spread == (None, None) or all(is_number(x) for x in spread))
+        if not ok:
+            raise FiguresError(f"device figures {path}: [{name}] needs value (a number), unit and source (strings), "
+                               "and low and high (numbers) or neither")
+        figures[name] = Figure(float(table["value"]), table["unit"], table["source"], *spread)
+    return figures
+
+
+FIGURES: dict[str, Figure] = cited_figures()
 
 
 def figures_text(figures: dict[str, float], source: str) -> str:
@@ -152,13 +119,12 @@ def load_figures(path: str | Path | None) -> dict[str, float]:
     values = {name: f.value for name, f in FIGURES.items()}
     if not path:
         return values
-    raw = read_figures_file(path)
-    raw.pop("source", None)
+    raw = {k: figure_value(v) for k, v in read_figures_file(path).items() if k != "source"}
     unknown = sorted(set(raw) - set(values))
     if unknown:
         raise FiguresError(f"device figures {path}: unknown figure(s) {', '.join(unknown)}; known: "
                            f"{', '.join(values)}")
-    bad = [k for k, v in raw.items() if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0]
+    bad = [k for k, v in raw.items() if not is_number(v) or v <= 0]
     if bad:
         raise FiguresError(f"device figures {path}: {', '.join(bad)} must be positive numbers")
     return {**values, **{k: float(v) for k, v in raw.items()}}
@@ -506,7 +472,7 @@ def render(pr: Prediction, figures_path: str | Path | None = None) -> str:
         if a.async_train else "the sum (synchronous trainer)"
     lo, hi = pr.low, pr.high
     out = [
-        f"# step-time model ({pr.shape.name}; rft/launch/step_time.py, docs/step-time.md; estimates from stated "
+        f"# step-time model ({pr.shape.name}; rft/plan/step_time.py, docs/step-time.md; estimates from stated "
         f"device figures, not measured; ${FIGURES_ENV} overrides them):",
         f"predicted step time: {lo['step'] / 60:.1f}-{hi['step'] / 60:.1f} min over the figures' spread "
         f"({p['step'] / 60:.1f} at the stated figures)",
@@ -593,7 +559,7 @@ def step_block(argv: list[str], figures_path: str | None, facts: dict, warnings:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m rft.launch.step_time",
+    p = argparse.ArgumentParser(prog="python -m rft.plan.step_time",
                                 description="Predict the seconds per phase of one GRPO step of a gpt-oss recipe.")
     p.add_argument("--device-figures", default=os.environ.get(FIGURES_ENV),
                    help=f"TOML file of `figure = value` lines over the stated figures (default ${FIGURES_ENV})")

@@ -1,4 +1,4 @@
-"""rft/rope.py: rotary frequencies stay fp32 through a real ZeRO-3 bf16 load (the patched Actor, zero.Init) and
+"""rft/gptoss/rope.py: rotary frequencies stay fp32 through a real ZeRO-3 bf16 load (the patched Actor, zero.Init) and
 DeepSpeed's engine cast, for a gpt-oss yarn config as the real checkpoints have, bf16 and MXFP4 alike."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rft.fixtures.mxfp4_fixtures import build_mxfp4_checkpoint, tiny_config, zero3_strategy
-from rft.rope import PINNED, fp32_inv_freq, pin_rotary_fp32, rotary_modules
+from rft.gptoss.rope import PINNED, fp32_inv_freq, pin_rotary_fp32, rotary_modules
 
 # gpt-oss's own rope settings (config.json of openai/gpt-oss-20b and -120b).
 YARN = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,

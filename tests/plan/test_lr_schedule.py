@@ -19,8 +19,9 @@ from transformers import get_scheduler
 
 from rft.fixtures.patched_openrlhf import stub_env
 from rft.io import atomic_write_jsonl
-from rft.launch import lr_schedule
-from rft.launch.lr_schedule import (
+from rft.launch.removed import REMOVED, as_flags
+from rft.plan import lr_schedule
+from rft.plan.lr_schedule import (
     NEUTRAL_FLAGS,
     Schedule,
     _pct,
@@ -33,8 +34,7 @@ from rft.launch.lr_schedule import (
     schedule_from_args,
     suggest,
 )
-from rft.launch.openrlhf_cli import known_flags, parse_args
-from rft.launch.removed import REMOVED, as_flags
+from rft.plan.openrlhf_cli import known_flags, parse_args
 from rft.provenance import REPO_ROOT as ROOT
 
 HANG_S = 30  # far above any fast test here (about 1 s on 2 busy cores)
@@ -144,7 +144,7 @@ def test_total_steps_equal_openrlhf_prepare_datasets(tmp_path):
     script = textwrap.dedent(f"""
         import argparse
         from openrlhf.trainer.ppo_trainer import prepare_datasets
-        from rft.launch.lr_schedule import schedule_from_args
+        from rft.plan.lr_schedule import schedule_from_args
         class Strategy:
             def __init__(self, args): self.args = args
             def print(self, *a): pass
@@ -615,7 +615,7 @@ def test_help_example_is_the_documented_command_and_passes(capsys):
 
 
 def test_main_reads_sys_argv(monkeypatch, capsys):
-    """Called with no arguments (as `python -m rft.launch.lr_schedule`), it reads the command line."""
+    """Called with no arguments (as `python -m rft.plan.lr_schedule`), it reads the command line."""
     for old, _ in REMOVED:
         monkeypatch.delenv(old.partition("=")[0], raising=False)
     monkeypatch.setattr(sys, "argv", ["preflight_lr.sh", *schedule_flags(episodes=2)])

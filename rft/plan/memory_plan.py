@@ -166,7 +166,7 @@ def recipe_flags(argv: list[str]) -> argparse.Namespace | None:
 
 
 # Peak live tensors of a training micro-batch, counted per op on CPU through the real code
-# (tests/launch/test_memory_plan.py, with tests/support/peak_memory.py) and measured once with
+# (tests/plan/test_memory_plan.py, with tests/support/peak_memory.py) and measured once with
 # torch.cuda.max_memory_allocated on an H200 at the 20b recipe's 5120 tokens (docs/launching.md).
 ATTN_PEAK = 4  # bf16 mb x heads x T x (T+1) tensors in one layer's eager-attention backward (transformers 4.57.6
 # modeling_gpt_oss.py eager_attention_forward): the softmax output kept for the backward, the grad of its
@@ -181,10 +181,10 @@ ENTROPY_KEPT = 0  # --entropy_loss_coef 0 still passes return_entropy=True (ppo_
 # softmax (eager would keep that: +1). H200: the same peak with and without it.
 
 
-EAGER_FP32 = "rft_eager_fp32"  # rft.attention's path names (that module imports torch; this one must not)
+EAGER_FP32 = "rft_eager_fp32"  # rft.gptoss.attention's path names (that module imports torch; this one must not)
 FLEX = "rft_flex"
 EAGER_FP32_PEAK = 2 * ATTN_PEAK  # bf16 units of mb x heads x T x (T+1) in one layer's rft_eager_fp32 backward:
-# eager's 4 tensors in fp32 (rft.attention.eager_fp32_attention: fp32 scores, softmax and grads). Counted per op on
+# eager's 4 tensors in fp32 (rft.gptoss.attention.eager_fp32_attention: fp32 scores, softmax and grads). Counted per op on
 # CPU: 7.0 (3 kept by the forward: the fp32 probabilities and their bf16 cast for PV); one H100 measured the
 # difference to eager as +12.58 GiB at 20b and 5,120 tokens (4.0 units; docs/gpu-check.md): the plan takes 8.
 
@@ -287,7 +287,7 @@ def actor_plan(shape: Shape, a: argparse.Namespace) -> list[Line]:
     lines += activation_lines(shape, a)
     lines.append(
         Line(
-            "eval forwards (reference, old log-probs): the training forward's routed expert loop (rft/moe.py, "
+            "eval forwards (reference, old log-probs): the training forward's routed expert loop (rft/gptoss/moe.py, "
             "actor.patch), so no all-experts transient (transformers' eval branch: tokens x experts)",
             0.0,
             "exact",

@@ -3,7 +3,7 @@
 `cache_env(env)` gives HF_HOME (model downloads: 13 GB for 20b, 65 GB for 120b), TORCH_EXTENSIONS_DIR (DeepSpeed's
 FusedAdam, built once by `make train-env` (or `make train`) and found by every actor rank), VLLM_CACHE_ROOT (torch.compile artifacts),
 TRITON_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR under $DATA_ROOT/cache (DATA_ROOT default /mnt/data, as the launch
-scripts' rft_storage); a value the user set wins. `python3 -m rft.launch.caches` prints them as `export` lines
+scripts' rft_storage); a value the user set wins. `python3 -m rft.provision.caches` prints them as `export` lines
 for bash to eval. Stdlib only: it runs before any environment exists.
 """
 
@@ -38,7 +38,7 @@ def cache_line(caches: Mapping[str, str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m rft.launch.caches", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python3 -m rft.provision.caches", description=__doc__.splitlines()[0])
     p.parse_args(argv)
     for var, value in cache_env(os.environ).items():
         print(f"export {var}={shlex.quote(value)}")

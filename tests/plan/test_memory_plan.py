@@ -1,4 +1,4 @@
-"""rft/launch/memory_plan.py: the arithmetic lines against hand-computed figures, the fit verdicts, and the
+"""rft/plan/memory_plan.py: the arithmetic lines against hand-computed figures, the fit verdicts, and the
 activation coefficients counted per op through the real transformers and OpenRLHF code."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from rft.launch.memory_plan import (
+from rft.plan.memory_plan import (
     ATTN_PEAK,
     EAGER_FP32,
     EAGER_FP32_PEAK,
@@ -114,9 +114,9 @@ def test_the_fp32_attention_backward_peak_is_counted_and_the_plan_takes_the_gpus
     """rft_eager_fp32 through the real code, as the eager test above: it keeps 3 units (fp32 probabilities, their
     bf16 cast) and peaks at 7 in its backward; the plan takes eager's 4 in fp32 (8), which the GPU's measured
     difference to eager confirms (docs/attention.md#the-trainer-paths-on-one-gpu)."""
-    from rft.attention import EAGER_FP32 as NAME
-    from rft.attention import FLEX as FLEX_NAME
-    from rft.attention import eager_fp32_attention
+    from rft.gptoss.attention import EAGER_FP32 as NAME
+    from rft.gptoss.attention import FLEX as FLEX_NAME
+    from rft.gptoss.attention import eager_fp32_attention
 
     assert (EAGER_FP32, FLEX) == (NAME, FLEX_NAME)
     kept, peak = attention_units(eager_fp32_attention)
@@ -210,7 +210,7 @@ def test_activation_lines_by_hand():
     _, no_entropy = activation_lines(SHAPES["gpt-oss-20b"], recipe_flags(RECIPE_20B))
     assert no_entropy.gib == pytest.approx(peak.gib) and "no entropy graph" in no_entropy.item
     text, _ = render(RECIPE_20B)
-    assert "routed expert loop (rft/moe.py" in text and "0.00 GiB  exact" in text
+    assert "routed expert loop (rft/gptoss/moe.py" in text and "0.00 GiB  exact" in text
 
 
 def test_shape_from_a_local_config(tmp_path):
@@ -224,7 +224,7 @@ def test_a_flag_that_does_not_parse_gives_no_plan_and_no_exit():
 
 def test_the_plans_defaults_are_openrlhfs(patched_openrlhf, monkeypatch):
     """A flag the command leaves out is planned at the default OpenRLHF's own parser gives it."""
-    from rft.launch.openrlhf_cli import parse_args
+    from rft.plan.openrlhf_cli import parse_args
 
     monkeypatch.setenv("RFT_OPENRLHF_DIR", str(patched_openrlhf))
     real = vars(parse_args(["--pretrain", "m", "--prompt_data", "d", "--remote_rm_url", "r.py"]).args)

@@ -1,6 +1,6 @@
 """The GPU training environment: find one that holds the pinned stack, else build `.venv-train` by a fixed recipe.
 
-`python3 -m rft.launch.train_env plan` prints the node's prerequisites (rft/launch/prereqs.py), the environment
+`python3 -m rft.provision.train_env plan` prints the node's prerequisites (rft/provision/prereqs.py), the environment
 found and the install order, and runs nothing but read-only probes; `ensure` stops on a missing prerequisite
 before any download, then uses the environment found or builds one beside the target (`.venv-train.building`),
 verifies it, renames it into place only then, so a half-built environment never shadows a working one, and
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from rft.launch.caches import cache_env
-from rft.launch.prereqs import problems, read_host
 from rft.provenance import REPO_ROOT as REPO
+from rft.provision.caches import cache_env
+from rft.provision.prereqs import problems, read_host
 
 # The pinned stack: import name -> (distribution, version). torch is vLLM 0.15.1's own pin (torch==2.9.1,
 # torchvision==0.24.1, torchaudio==2.9.1 in its metadata); OpenRLHF 0.9.3 pins flash-attn==2.8.3.
@@ -249,7 +249,7 @@ def relocate(src: Path, dst: Path) -> None:
 
 
 def child_env(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` with the launch's cache variables (rft/launch/caches.py): FusedAdam lands where the actors look."""
+    """`env` with the launch's cache variables (rft/provision/caches.py): FusedAdam lands where the actors look."""
     return {**env, **cache_env(env)}
 
 
@@ -338,7 +338,7 @@ def build(base_python: str, venv: Path, log: Callable[[str], None] = print, out:
 
 def prerequisite_lines(bad: list[str], warn: list[str]) -> str:
     """The prerequisites block `plan` and `ensure` print first."""
-    lines = ["# prerequisites (rft/launch/prereqs.py)"]
+    lines = ["# prerequisites (rft/provision/prereqs.py)"]
     lines += [f"  ERROR {b}" for b in bad] + [f"  WARN {w}" for w in warn]
     if not bad and not warn:
         lines.append("  all met")
@@ -346,7 +346,7 @@ def prerequisite_lines(bad: list[str], warn: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m rft.launch.train_env", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python3 -m rft.provision.train_env", description=__doc__.splitlines()[0])
     p.add_argument("action", choices=("plan", "ensure"), help="plan: print, run nothing; ensure: find or build")
     p.add_argument("--venv", default=str(REPO / ".venv-train"), help="the environment to build (default .venv-train)")
     p.add_argument("--base-python", default=sys.executable, help="interpreter the venv is built from")

@@ -1,4 +1,4 @@
-"""rft/launch/step_time.py: the phases and their sum, the model's monotonicity, async against sync, the figures'
+"""rft/plan/step_time.py: the phases and their sum, the model's monotonicity, async against sync, the figures'
 overrides and calibration, and the block both gpt-oss dry runs print."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from rft.launch.memory_plan import SHAPES
-from rft.launch.step_time import (
+from rft.plan.memory_plan import SHAPES
+from rft.plan.step_time import (
     FIGURES,
     FIGURES_ENV,
     MEASURED_TOKENS,
@@ -131,6 +131,33 @@ def test_a_figures_file_overrides_and_an_unknown_name_is_refused(tmp_path):
     assert main(["--device-figures", str(bad), "--", *RECIPE_20B]) == 2
 
 
+def test_the_cited_figures_are_the_shipped_toml_and_it_reads_as_a_figures_file(tmp_path):
+    """device_figures.toml holds every figure with its unit and source, the defaults a run's figures start from; in
+    an RFT_DEVICE_FIGURES file a table in its form sets its value like a `name = value` pair."""
+    import tomllib
+
+    from rft.plan.step_time import FIGURES_FILE, cited_figures, figures_text
+
+    table = tomllib.loads(FIGURES_FILE.read_text(encoding="utf-8"))
+    assert list(table) == list(FIGURES) and len(FIGURES) == 25
+    assert all(t["source"] and t["unit"] for t in table.values())
+    assert FIGURES["allgather_bytes_s"].spread == (300e9, 400e9) and FIGURES["hbm_bytes_s"].spread == (3.35e12,) * 2
+    assert {name: fig.value for name, fig in cited_figures(FIGURES_FILE).items()} == DEFAULTS
+    mixed = tmp_path / "mixed.toml"
+    mixed.write_text(figures_text({"sync_call_s": 3.0}, "a test") + '\n[hbm_bytes_s]\nvalue = 4.8e12\nunit = "B/s"\n')
+    assert load_figures(mixed) == {**DEFAULTS, "sync_call_s": 3.0, "hbm_bytes_s": 4.8e12}
+    bad = tmp_path / "cited.toml"
+    bad.write_text('[hbm_bytes_s]\nvalue = 3.35e12\nunit = "B/s"\n')
+    with pytest.raises(FiguresError, match=r"cited.toml: \[hbm_bytes_s\] needs value .*unit and source"):
+        cited_figures(bad)
+    bad.write_text('[hbm_bytes_s]\nvalue = true\nunit = "B/s"\nsource = "x"\n')
+    with pytest.raises(FiguresError, match=r"\[hbm_bytes_s\]"):
+        cited_figures(bad)
+    bad.write_text('[hbm_bytes_s]\nvalue = "fast"\n')
+    with pytest.raises(FiguresError, match="hbm_bytes_s must be positive numbers"):
+        load_figures(bad)
+
+
 def test_levers_20b_need_the_reference_from_the_actor_for_zero2_to_fit():
     pr = predict(RECIPE_20B, DEFAULTS)
     base = Levers(False, False, 3)
@@ -246,7 +273,7 @@ def test_the_decode_figure_says_it_is_borrowed():
 
 def test_the_transport_floor_is_the_rate_at_which_gathers_are_half_the_step():
     """docs/step-time.md#the-transport: 20b 160 gathers of 31.4 GB a step; at the floor they equal the rest."""
-    from rft.launch.step_time import gather_count, gather_floor, gather_s
+    from rft.plan.step_time import gather_count, gather_floor, gather_s
 
     pr = predict(RECIPE_20B, DEFAULTS)
     a = pr.recipe
@@ -262,13 +289,13 @@ def test_the_transport_floor_is_the_rate_at_which_gathers_are_half_the_step():
 def test_the_attention_path_scales_the_trainer_and_the_dry_run_names_it():
     """docs/attention.md#the-trainer-paths-on-one-gpu: rft_eager_fp32's micro-step 5.90 s and forward 1.80 s against
     eager's 5.21 and 1.62 on one H100; the block names the path, its factors and the memory plan's difference."""
-    from rft.launch.step_time import render
+    from rft.plan.step_time import render
 
     eager = predict([*RECIPE_20B, "--attn_implementation", "eager"], DEFAULTS)
     fp32 = predict([*RECIPE_20B, "--attn_implementation", "rft_eager_fp32"], DEFAULTS)
     assert DEFAULTS["eager_fp32_train_factor"] == pytest.approx(5.90 / 5.21, abs=0.005)
     assert DEFAULTS["eager_fp32_forward_factor"] == pytest.approx(1.80 / 1.62, abs=0.005)
-    from rft.launch.step_time import sequence_tokens
+    from rft.plan.step_time import sequence_tokens
 
     a = eager.recipe
     per_micro = compute_s(train_flops(eager.shape, sequence_tokens(a, DEFAULTS), True), DEFAULTS)

@@ -1,8 +1,8 @@
-"""rft.problems and rft.prompts: problem identity survives case, whitespace and the instruction suffix."""
+"""rft.data.problems and rft.prompts: problem identity survives case, whitespace and the instruction suffix."""
 
 from __future__ import annotations
 
-from rft.problems import normalize_problem, problem_hash
+from rft.data.problems import normalize_problem, problem_hash
 from rft.prompts import INSTRUCTION, build_input, strip_instruction
 
 

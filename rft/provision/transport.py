@@ -8,8 +8,6 @@ them an order of magnitude slower. Stdlib only: prereqs run before any environme
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 
 NVLINK = re.compile(r"^NV\d+$")
@@ -54,16 +52,6 @@ def parse_topology(text: str) -> Topology | None:
         link.append(row[1:len(gpus) + 1])
     return Topology(gpus, link)
 
-
-def read_topology(env: dict[str, str]) -> str | None:
-    """`nvidia-smi topo -m` found on env's PATH: its text, None without nvidia-smi or when it fails."""
-    if not shutil.which("nvidia-smi", path=env.get("PATH", "")):
-        return None
-    try:
-        res = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=60, env=env)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return res.stdout if res.returncode == 0 else None
 
 
 def nccl_env(env: dict[str, str]) -> dict[str, str]:

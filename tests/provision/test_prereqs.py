@@ -1,4 +1,4 @@
-"""rft/launch/prereqs.py: each gap of the node named with its fix, read from fake tools; and the flash_attn
+"""rft/provision/prereqs.py: each gap of the node named with its fix, read from fake tools; and the flash_attn
 stand-in wheel train_env installs: pip takes it for OpenRLHF's flash-attn==2.8.3, its kernels raise, and the
 launch refuses what would call them."""
 
@@ -13,11 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from rft.launch import cpu_profile, prereqs, supervise
-from rft.launch.prereqs import MIN_PYTHON, Host, problems, read_host
 from rft.launch.rules import flash_attn_rule
-from rft.launch.train_env import STANDIN_VERSION, build_standin_wheel
 from rft.provenance import REPO_ROOT as ROOT
+from rft.provision import host as host_facts
+from rft.provision import prereqs
+from rft.provision.prereqs import MIN_PYTHON, Host, problems, read_host
+from rft.provision.train_env import STANDIN_VERSION, build_standin_wheel
 
 GOOD = Host(python_version=(3, 12, 3), python="python3", gpus=8, driver=(570, 133, 20), nvcc_release=(12, 8),
             shm_gib=64.0, nofile=(1048576, 1048576), mem_available_gib=1900.0, cache_dir=Path("/mnt/data/hf"),
@@ -97,17 +98,6 @@ def test_read_host_without_tools_or_gpus(tmp_path):
     assert prereqs.cache_dir({"DATA_ROOT": "/d"}) == Path("/d/cache/hf")
 
 
-def test_one_gpu_count_serves_the_host_probe_the_supervisor_and_the_cpu_profile(tmp_path, monkeypatch):
-    """`nvidia-smi -L` is counted in one place, on the PATH it is given (default: this process's)."""
-    env = fake_bin(tmp_path, nvidia_smi='echo "GPU 0: NVIDIA H100"; echo "GPU 1: NVIDIA H100"')
-    assert prereqs.gpu_count(env) == 2 and read_host(env, "python3", tmp_path).gpus == 2
-    monkeypatch.setenv("PATH", env["PATH"])
-    assert prereqs.gpu_count() == 2
-    assert supervise.gpu_count is prereqs.gpu_count and cpu_profile.gpu_count is prereqs.gpu_count
-    (tmp_path / "failing").mkdir()
-    assert prereqs.gpu_count(fake_bin(tmp_path / "failing", nvidia_smi='echo "GPU 0: NVIDIA H100"; exit 9')) == 0
-
-
 def test_the_standin_wheel_satisfies_openrlhfs_pin_and_refuses_calls(tmp_path):
     """Installed by the real pip into a fresh venv: `flash-attn==2.8.3` is met, imports work, a kernel raises."""
     wheel = build_standin_wheel(tmp_path / "wheels")
@@ -172,7 +162,7 @@ def test_host_ram_counts_zero2_full_loads_per_rank():
 def test_the_launch_rule_counts_the_commands_zero_stage(monkeypatch):
     from rft.launch.rules import PROFILES, host_ram_rule
 
-    monkeypatch.setattr(prereqs, "mem_available_gib", lambda: 200.0)
+    monkeypatch.setattr(host_facts, "mem_available_gib", lambda: 200.0)
     lora = dict(offload=False, init_kl_coef=0.001)
     assert host_ram_rule(PROFILES["20b"], SimpleNamespace(zero_stage=3, **lora)) == []
     line = host_ram_rule(PROFILES["20b"], SimpleNamespace(zero_stage=2, **lora))
@@ -184,7 +174,7 @@ def test_the_launch_rule_counts_the_commands_zero_stage(monkeypatch):
 def test_the_launch_rule_reads_the_same_figures(monkeypatch):
     from rft.launch.rules import PROFILES, host_ram_rule
 
-    monkeypatch.setattr(prereqs, "mem_available_gib", lambda: 100.0)
+    monkeypatch.setattr(host_facts, "mem_available_gib", lambda: 100.0)
     host = replace(GOOD, mem_available_gib=100.0)
     assert host_ram_rule(PROFILES["20b"], SimpleNamespace(offload=False)) == []
     assert host_ram_rule(PROFILES["120b"], SimpleNamespace(offload=False)) == []  # two nodes: 56 GiB
@@ -192,15 +182,9 @@ def test_the_launch_rule_reads_the_same_figures(monkeypatch):
     assert line == problems(host, "120b", offload=True)[0] == problems(host, "120b")[0]
     assert line[0].startswith("host RAM: 100 GiB available, the 120b recipe needs ~254 GiB at once (4 actor ranks each")
     assert host_ram_rule(PROFILES["cpu"], SimpleNamespace(offload=True)) == []
-    monkeypatch.setattr(prereqs, "mem_available_gib", lambda: 50.0)
+    monkeypatch.setattr(host_facts, "mem_available_gib", lambda: 50.0)
     assert host_ram_rule(PROFILES["120b"], SimpleNamespace(offload=False))[0].startswith(
         "host RAM: 50 GiB available, the 120b recipe needs ~56 GiB")
-
-
-def test_mem_available_reads_meminfo(tmp_path):
-    (tmp_path / "meminfo").write_text("MemTotal:       32 kB\nMemAvailable:   2097152 kB\n")
-    assert prereqs.mem_available_gib(tmp_path / "meminfo") == 2.0
-    assert prereqs.mem_available_gib(tmp_path / "none") is None
 
 
 def test_the_fixes_name_make_train_env():

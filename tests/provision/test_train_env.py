@@ -1,4 +1,4 @@
-"""rft/launch/train_env.py and `make train`: the environment found by what it can import, the install recipe's order and
+"""rft/provision/train_env.py and `make train`: the environment found by what it can import, the install recipe's order and
 pins, the build beside and rename, and a dry run that runs nothing (a fake nvidia-smi stands in for the GPUs)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from rft.launch import train_env
-from rft.launch.caches import CACHE_DIRS, cache_env
-from rft.launch.train_env import STACK, describe, find_env, install_steps, judge, relocate
 from rft.provenance import REPO_ROOT as ROOT
+from rft.provision import train_env
+from rft.provision.caches import CACHE_DIRS, cache_env
+from rft.provision.train_env import STACK, describe, find_env, install_steps, judge, relocate
 from tests.support.wheelhouse import build_wheelhouse
 
 PINNED = {mod: [version, True] for mod, (_, version) in STACK.items()}
@@ -250,14 +250,14 @@ def test_ensure_without_a_gpu_says_so_in_one_line_before_any_download(tmp_path, 
 
 
 ROOMY_PYTHON = """#!/usr/bin/env bash
-# PYTHON for `make train-env`: the real interpreter; `-m rft.launch.train_env` runs its main() with this machine's
+# PYTHON for `make train-env`: the real interpreter; `-m rft.provision.train_env` runs its main() with this machine's
 # host RAM, open-file limit and disk sizes read as an 8-GPU node's (every other prerequisite is checked for real).
-if [[ "$1 $2" == "-m rft.launch.train_env" ]]; then
+if [[ "$1 $2" == "-m rft.provision.train_env" ]]; then
     shift 2
     exec "{python}" -c '
 import sys
 from dataclasses import replace
-from rft.launch import train_env
+from rft.provision import train_env
 read = train_env.read_host
 train_env.read_host = lambda *a: replace(read(*a), mem_available_gib=2000.0, nofile=(1048576, 1048576),
                                          cache_free_gib=3000.0, venv_free_gib=3000.0, shm_gib=64.0)

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rft import mxfp4
 from rft.fixtures.mxfp4_fixtures import build_mxfp4_checkpoint, zero3_strategy
-from rft.launch.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, parse_args
+from rft.gptoss import mxfp4
+from rft.plan.openrlhf_cli import OPENRLHF_DIR_ENV, FlagError, parse_args
 from rft.provenance import REPO_ROOT as ROOT
 
 

@@ -1,4 +1,4 @@
-"""rft/launch/caches.py: every cache under $DATA_ROOT/cache unless the user set it, and the export lines bash evals."""
+"""rft/provision/caches.py: every cache under $DATA_ROOT/cache unless the user set it, and the export lines bash evals."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 
-from rft.launch.caches import CACHE_DIRS, cache_env, cache_line
 from rft.provenance import REPO_ROOT as ROOT
+from rft.provision.caches import CACHE_DIRS, cache_env, cache_line
 
 
 def test_defaults_on_the_data_disk_and_the_users_values_win():
@@ -23,7 +23,7 @@ def test_defaults_on_the_data_disk_and_the_users_values_win():
 def test_bash_evals_the_export_lines(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in CACHE_DIRS}
     env.update(DATA_ROOT=str(tmp_path / "a b"), VLLM_CACHE_ROOT="/v", PYTHONPATH=str(ROOT))
-    script = f'eval "$({sys.executable} -m rft.launch.caches)"; printf "%s\\n" "$HF_HOME" "$VLLM_CACHE_ROOT"'
+    script = f'eval "$({sys.executable} -m rft.provision.caches)"; printf "%s\\n" "$HF_HOME" "$VLLM_CACHE_ROOT"'
     res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, check=True)
     assert res.stdout.splitlines() == [f"{tmp_path}/a b/cache/hf", "/v"]
 

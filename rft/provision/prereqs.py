@@ -4,23 +4,31 @@ Read before anything downloads (`make train`, `make train-env`, `make train DRY_
 built from and its C headers (`Python.h`), a GPU at all (`nvidia-smi -L`), the NVIDIA driver, a CUDA 12 `nvcc` and
 a C++ compiler (DeepSpeed JIT-builds FusedAdam and raises without them),
 /dev/shm (NCCL and Ray's object store), the GPU topology and the NCCL_* variables that turn a transport off
-(warnings, rft/launch/transport.py), the open-file limit, host RAM (rank 0 of the actor and of the reference
+(warnings, rft/provision/transport.py), the open-file limit, host RAM (rank 0 of the actor and of the reference
 each dequantize the MXFP4 checkpoint on the host at once) and disk for the model cache and the venv.
-Stdlib only: it runs before any environment exists, on the node's python3 whatever its version.
+The host's facts come from rft/provision/host.py, which the launch rules read too. Stdlib only: it runs before any
+environment exists, on the node's python3 whatever its version.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import resource
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rft.launch.caches import cache_env
-from rft.launch.transport import env_warnings, nccl_env, read_topology, topology_warnings
+from rft.provision.caches import cache_env
+from rft.provision.host import (
+    driver_version,
+    free_gib,
+    gpu_count,
+    gpu_topology,
+    mem_available_gib,
+    open_file_limit,
+    run,
+    shm_free_gib,
+)
+from rft.provision.transport import env_warnings, nccl_env, topology_warnings
 
 MIN_PYTHON = (3, 11)  # pyproject's requires-python
 MIN_DRIVER = (525, 60, 13)  # CUDA 12.x minor-version compatibility floor (NVIDIA's CUDA compatibility guide)
@@ -100,7 +108,7 @@ class Host:
     cache_free_gib: float | None
     venv_free_gib: float | None
     notes: list[str] = field(default_factory=list)
-    topology: str | None = None  # `nvidia-smi topo -m` (rft/launch/transport.py)
+    topology: str | None = None  # `nvidia-smi topo -m` (rft/provision/transport.py)
     nccl: dict[str, str] = field(default_factory=dict)  # the NCCL_* environment
     nodes: int = 1  # $NODES: the network transports matter from 2
     cxx: str | None = None  # the C++ compiler torch's JIT builds call ($CXX, else c++ on PATH)
@@ -108,37 +116,13 @@ class Host:
     python_h: bool = False  # Python.h is in python_include
 
 
-def _run(argv: list[str], env: dict[str, str]) -> str | None:
-    """stdout of argv, or None when it cannot run or fails."""
-    try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return res.stdout + res.stderr if res.returncode == 0 else None
-
-
 def _version(text: str | None, pattern: str) -> tuple[int, ...] | None:
     m = re.search(pattern, text or "")
     return tuple(int(x) for x in m.groups() if x is not None) if m else None
 
 
-def free_gib(path: Path) -> float | None:
-    """Free GiB on the filesystem that holds `path` (its nearest existing parent)."""
-    for p in [path, *path.parents]:
-        if p.exists():
-            st = os.statvfs(p)
-            return st.f_bavail * st.f_frsize / 2**30
-    return None
-
-
-def mem_available_gib(meminfo: Path = Path("/proc/meminfo")) -> float | None:
-    """MemAvailable of /proc/meminfo in GiB (None where there is none)."""
-    m = re.search(r"^MemAvailable:\s+(\d+) kB", meminfo.read_text(), re.M) if meminfo.exists() else None
-    return int(m.group(1)) / 2**20 if m else None
-
-
 def cache_dir(env: dict[str, str]) -> Path:
-    """Where the launch keeps the Hugging Face cache: $HF_HOME, else $DATA_ROOT/cache/hf (rft/launch/caches.py)."""
+    """Where the launch keeps the Hugging Face cache: $HF_HOME, else $DATA_ROOT/cache/hf (rft/provision/caches.py)."""
     return Path(cache_env(env)["HF_HOME"])
 
 
@@ -151,14 +135,6 @@ def find_nvcc(env: dict[str, str]) -> str | None:
     return str(Path(home) / "bin" / "nvcc") if home and (Path(home) / "bin" / "nvcc").exists() else None
 
 
-def gpu_count(env: dict[str, str] | None = None) -> int:
-    """GPUs `nvidia-smi -L` lists, found on `env`'s PATH (default: this process's environment); 0 without
-    nvidia-smi, without a GPU, or when it fails."""
-    env = dict(os.environ) if env is None else env
-    smi = _run(["nvidia-smi", "-L"], env) if shutil.which("nvidia-smi", path=env.get("PATH", "")) else None
-    return sum(line.startswith("GPU ") for line in (smi or "").splitlines())
-
-
 def find_cxx(env: dict[str, str]) -> str | None:
     """The C++ compiler torch.utils.cpp_extension calls: $CXX, else `c++` on PATH (g++ on Ubuntu)."""
     name = env.get("CXX") or "c++"
@@ -167,30 +143,28 @@ def find_cxx(env: dict[str, str]) -> str | None:
 
 def python_include(python: str, env: dict[str, str]) -> str | None:
     """The directory sysconfig names for `python`'s C headers (the venv built from it shares it)."""
-    out = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"], env)
+    out = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"], env)
     return out.strip().splitlines()[-1] if out and out.strip() else None
 
 
 def read_host(env: dict[str, str], python: str, venv: Path) -> Host:
     """Probe this machine: nothing is installed, downloaded or changed."""
     gpus = gpu_count(env)
-    driver_text = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], env) if gpus else None
     nvcc = find_nvcc(env)
-    shm = Path("/dev/shm")
     include = python_include(python, env)
     return Host(
-        python_version=_version(_run([python, "--version"], env), r"Python (\d+)\.(\d+)\.?(\d+)?"),
+        python_version=_version(run([python, "--version"], env), r"Python (\d+)\.(\d+)\.?(\d+)?"),
         python=python,
         gpus=gpus,
-        driver=_version(driver_text, r"(\d+)\.(\d+)\.?(\d+)?"),
-        nvcc_release=_version(_run([nvcc, "--version"], env), r"release (\d+)\.(\d+)") if nvcc else None,
-        shm_gib=free_gib(shm) if shm.exists() else None,
-        nofile=resource.getrlimit(resource.RLIMIT_NOFILE),
+        driver=driver_version(env) if gpus else None,
+        nvcc_release=_version(run([nvcc, "--version"], env), r"release (\d+)\.(\d+)") if nvcc else None,
+        shm_gib=shm_free_gib(),
+        nofile=open_file_limit(),
         mem_available_gib=mem_available_gib(),
         cache_dir=cache_dir(env),
         cache_free_gib=free_gib(cache_dir(env)),
         venv_free_gib=free_gib(venv),
-        topology=read_topology(env) if gpus else None,
+        topology=gpu_topology(env) if gpus else None,
         nccl=nccl_env(env),
         nodes=int(env.get("NODES") or 1) if (env.get("NODES") or "1").isdigit() else 1,
         cxx=find_cxx(env),

@@ -1,9 +1,9 @@
 """The one-time model download, refused before it starts when the cache's disk lacks room.
 
-`python -m rft.launch.download MODEL` asks the Hub for the repo's file list with sizes (`model_info` with
-`files_metadata`), keeps what a download would fetch (without `rft.mxfp4.SKIPPED_WEIGHT_COPIES`: gpt-oss's
+`python -m rft.provision.download MODEL` asks the Hub for the repo's file list with sizes (`model_info` with
+`files_metadata`), keeps what a download would fetch (without `rft.gptoss.mxfp4.SKIPPED_WEIGHT_COPIES`: gpt-oss's
 original/ and metal/ weight copies), subtracts what the cache already holds, and compares the rest with the free
-space at the cache (HF_HOME, defaulting to the data disk: rft/launch/caches.py). Short: one line naming both
+space at the cache (HF_HOME, defaulting to the data disk: rft/provision/caches.py). Short: one line naming both
 figures, exit 1, nothing downloaded. Else `snapshot_download` of that revision, the same patterns. HF_ENDPOINT
 and HF_TOKEN are honoured as by any huggingface_hub call.
 """
@@ -16,8 +16,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rft.launch.caches import cache_env
-from rft.launch.prereqs import free_gib
+from rft.provision.caches import cache_env
+from rft.provision.host import free_gib
 
 GIB = 2**30
 
@@ -43,7 +43,7 @@ def plan(repo: str, revision: str | None = None) -> Plan:
     from huggingface_hub.constants import HF_HUB_CACHE
     from huggingface_hub.utils import filter_repo_objects
 
-    from rft.mxfp4 import SKIPPED_WEIGHT_COPIES
+    from rft.gptoss.mxfp4 import SKIPPED_WEIGHT_COPIES
 
     info = HfApi().model_info(repo, revision=revision, files_metadata=True)
     kept = list(filter_repo_objects(info.siblings or [], ignore_patterns=SKIPPED_WEIGHT_COPIES,
@@ -67,7 +67,7 @@ def room_problem(p: Plan, free: float | None) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m rft.launch.download", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m rft.provision.download", description=__doc__.splitlines()[0])
     ap.add_argument("model", help="Hub repo id, e.g. openai/gpt-oss-20b")
     ap.add_argument("--revision", default=None, help="branch, tag or commit (default: the repo's main)")
     ap.add_argument("--check", action="store_true", help="only size the download and check the disk")
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from huggingface_hub import snapshot_download
 
-    from rft.mxfp4 import SKIPPED_WEIGHT_COPIES
+    from rft.gptoss.mxfp4 import SKIPPED_WEIGHT_COPIES
 
     print(snapshot_download(repo_id=p.repo, revision=p.sha, ignore_patterns=SKIPPED_WEIGHT_COPIES))
     return 0
