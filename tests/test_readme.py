@@ -217,7 +217,7 @@ def fake_node(tmp: Path, wheels: Path, hub_url: str) -> dict[str, str]:
     bin_dir, site = tmp / "bin", tmp / "node-site"
     bin_dir.mkdir()
     site.mkdir()
-    (bin_dir / "nvidia-smi").write_text(FAKE_SMI.format(topo=ROOT / "tests" / "launch" / "topo" / "h100_sxm_nv18.txt"))
+    (bin_dir / "nvidia-smi").write_text(FAKE_SMI.format(topo=ROOT / "tests" / "provision" / "topo" / "h100_sxm_nv18.txt"))
     (bin_dir / "nvcc").write_text("#!/usr/bin/env bash\necho 'Cuda compilation tools, release 12.8, V12.8.93'\n")
     (bin_dir / "c++").write_text("#!/usr/bin/env bash\nexit 0\n")
     (bin_dir / "python3").write_text(f'#!/usr/bin/env bash\nexec "{sys.executable}" "$@"\n')
