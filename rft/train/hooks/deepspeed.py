@@ -16,9 +16,9 @@ def save_adapter_only(strategy: Any, model: Any, tokenizer: Any, output_dir: str
     """`DeepspeedStrategy.save_model` for a LoRA model under ZeRO-3: gathers only the adapter's parameters (0.9.3
     consolidates the full 16-bit model, frozen base included, into rank 0's RAM) and writes the adapter, its
     config, the model config and the tokenizer. False (nothing done) for every other save."""
-    from peft import PeftModel, get_peft_model_state_dict
     import torch
-    from openrlhf.utils.distributed_util import torch_dist_barrier_and_cuda_sync
+    from openrlhf.utils.deepspeed import deepspeed as strategy_module
+    from peft import PeftModel, get_peft_model_state_dict
 
     from rft.train.checkpoints import gather_adapter_state, remove_full_weight_shards
 
@@ -41,5 +41,5 @@ def save_adapter_only(strategy: Any, model: Any, tokenizer: Any, output_dir: str
         tokenizer.save_pretrained(output_dir)
     del state
     gc.collect()
-    torch_dist_barrier_and_cuda_sync()
+    strategy_module.torch_dist_barrier_and_cuda_sync()  # the barrier save_model ends with
     return True

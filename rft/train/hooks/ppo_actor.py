@@ -16,7 +16,8 @@ from rft.train.loss_diag import StepDiagnostics
 from rft.train.metrics import SPIKE_GRAD_NORM, append_spike, prompt_token_hashes
 from rft.train.mismatch import MismatchStats
 from rft.train.reference import adapter_disabled
-from rft.train.seeds import lora_init_seed, shuffle_generator as seeded_generator
+from rft.train.seeds import lora_init_seed
+from rft.train.seeds import shuffle_generator as seeded_generator
 from rft.train.token_stats import TokenStats
 
 __all__ = ["lora_init_seed", "ray"]
@@ -179,7 +180,7 @@ def sync_lora(trainer: Any) -> dict[str, float] | None:
     the object store once, has every engine merge W0 + scaling * B @ A (or, with --vllm_sync_lora_native, load it
     as its LoRA adapter) and checks that every worker holds exactly the modules sent (rft.train.lora_payload).
     """
-    from openrlhf.utils.distributed_util import torch_dist_barrier_and_cuda_sync
+    from openrlhf.trainer.ray import ppo_actor as actor_module
 
     from rft.train.lora_payload import LoraSyncError, lora_parameters, raise_if_failed_on_any_rank
 
@@ -214,7 +215,7 @@ def sync_lora(trainer: Any) -> dict[str, float] | None:
     except Exception as e:  # noqa: BLE001 - re-raised on every rank below
         failure = e
     raise_if_failed_on_any_rank(failure)
-    torch_dist_barrier_and_cuda_sync()
+    actor_module.torch_dist_barrier_and_cuda_sync()
     return stats
 
 

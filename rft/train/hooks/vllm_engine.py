@@ -3,7 +3,8 @@ seeded sample requests, native-LoRA engine arguments and deadlines on engine cal
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 
 async def apply_lora_update(self: Any, payload: dict) -> list:
@@ -74,6 +75,7 @@ def native_lora_kwargs(lora_rank: int, pretrain: str) -> dict:
 def gather(engines: Sequence[Any], refs: list, method_name: str, call_timeout: float | None) -> list:
     """The engines' answers, failing after `call_timeout` seconds without one, naming the silent engines
     (rft.train.engine_calls)."""
-    from rft.train.engine_calls import engine_names, gather as gather_answers
+    from rft.train.engine_calls import engine_names
+    from rft.train.engine_calls import gather as gather_answers
 
     return gather_answers(refs, engine_names(engines), method_name, call_timeout)
