@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import filecmp
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,10 @@ from pathlib import Path
 from rft.fixtures.patched_openrlhf import ROOT, run_apply, stub_env
 
 PATCHES = ROOT / "patches"
+MAIL_HEADER = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+# patches still importing rft.train modules other than the hooks (the thin-hook rewrite of these files is pending)
+NOT_YET_HOOKED = {"train_ppo_ray.patch", "experience_maker.patch", "ppo_trainer.patch", "ppo_trainer_async.patch",
+                  "agent.patch", "replay_buffer.patch", "launcher.patch"}
 PATCHED_MODULES = [
     "openrlhf.models.loss",
     "openrlhf.models.actor",
@@ -68,8 +73,19 @@ def test_series_names_every_patch_once():
     assert sorted(names) == sorted(p.name for p in PATCHES.glob("*.patch"))
     for name in names:
         text = (PATCHES / name).read_text()
-        assert text.startswith("--- a/openrlhf/"), name
-        assert "+++ b/openrlhf/" in text, name
+        assert text.startswith(MAIL_HEADER), name  # `git format-patch` form (scripts/patch_branch.py export)
+        assert f"Subject: {name.removesuffix('.patch')}: " in text, name
+
+
+def test_one_patch_per_upstream_file():
+    """Each OpenRLHF file is changed by exactly one patch (deepspeed.patch: the two files of its package)."""
+    owners: dict[str, list[str]] = {}
+    for name in series():
+        for path in re.findall(r"^\+\+\+ b/(\S+)", (PATCHES / name).read_text(), re.M):
+            owners.setdefault(path, []).append(name)
+    assert owners and all(len(names) == 1 for names in owners.values()), owners
+    for path, (name,) in owners.items():
+        assert name == ("deepspeed.patch" if "/utils/deepspeed/" in path else f"{Path(path).stem}.patch"), path
 
 
 def exists_here(mod: str, name: str) -> bool:
@@ -82,10 +98,22 @@ def exists_here(mod: str, name: str) -> bool:
 
 def test_every_rft_name_a_patch_imports_exists():
     found = {name: rft_imports((PATCHES / name).read_text()) for name in series()}
-    assert ("rft.train.robust_rewards", "unify_info_keys") in found["experience_maker.patch"]  # the reader's own check
+    assert ("rft.train.hooks", "ppo_actor") in found["ppo_actor.patch"]  # the reader's own check
     missing = [f"{patch}: from {mod} import {name}" for patch, names in found.items() for mod, name in names
                if not exists_here(mod, name)]
     assert not missing, missing
+
+
+def test_patches_import_only_the_hooks():
+    """A patch imports from rft.train.hooks.* only, so moving an rft module touches a hook module, never a patch."""
+    hooked = [p for p in series() if p not in NOT_YET_HOOKED]
+    assert "ppo_actor.patch" in hooked
+    outside = [f"{patch}: from {mod} import {name}" for patch in hooked
+               for mod, name in rft_imports((PATCHES / patch).read_text())
+               if not (mod == "rft.train.hooks" or mod.startswith("rft.train.hooks."))]
+    plain = [f"{patch}: {ln}" for patch in hooked for ln in (PATCHES / patch).read_text().splitlines()
+             if re.match(r"\+\s*import rft\b", ln)]
+    assert not outside and not plain, outside + plain
 
 
 def test_apply_reapply_check_reverse(openrlhf_copy, pristine_openrlhf_root):
@@ -130,7 +158,7 @@ def test_conflict_changes_nothing_and_names_patch_and_hunk(openrlhf_copy):
 
     res = run_apply(target=openrlhf_copy)
     assert res.returncode == 1
-    assert "metrics_trainer.patch" in res.stderr
+    assert "ppo_trainer.patch" in res.stderr
     assert "Hunk #" in res.stderr and "FAILED" in res.stderr
     assert "nothing was changed" in res.stderr
     assert tree(openrlhf_copy) == before
@@ -138,8 +166,8 @@ def test_conflict_changes_nothing_and_names_patch_and_hunk(openrlhf_copy):
 
     check = run_apply("--check", target=openrlhf_copy)
     assert check.returncode == 2
-    assert "metrics_trainer.patch" in check.stdout and "conflicts" in check.stdout
-    assert "ratio_logging_loss.patch     not applied" in check.stdout
+    assert "ppo_trainer.patch" in check.stdout and "conflicts" in check.stdout
+    assert f"  {'loss.patch':<28} not applied" in check.stdout
 
 
 def test_refuses_any_other_version(openrlhf_copy):

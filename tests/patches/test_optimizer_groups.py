@@ -1,4 +1,4 @@
-"""optimizer_groups.patch: with LoRA, OpenRLHF's no-decay group is empty; ZeRO-3 drops it and torch's LR
+"""deepspeed.patch: with LoRA, OpenRLHF's no-decay group is empty; ZeRO-3 drops it and torch's LR
 scheduler then fails at the first step. Run on the real DeepSpeed ZeRO-3 engine (gloo, CPU), pristine vs patched."""
 
 from __future__ import annotations

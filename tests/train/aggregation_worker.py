@@ -105,7 +105,12 @@ def one_step(mode: str, micro: int, rank: int, world: int) -> dict[str, list[flo
         trainer.replay_buffer.append(experience(s))
     engine = trainer.actor.model
     steps = engine.global_steps
-    trainer.ppo_train(0.0, **({} if mode == "pristine" else {"global_step": 1}))  # the release has no global_step
+    if mode == "pristine":
+        trainer.ppo_train(0.0)
+    else:
+        from rft.train.hooks.ppo_actor import ppo_train
+
+        ppo_train(trainer, 0.0, 1)  # what the patched PolicyModelActor.fit runs
     assert engine.global_steps == steps + 1, f"{mode} micro {micro}: {engine.global_steps - steps} optimizer steps"
     after = lora_values(engine.module)
     return {n: [b - a for b, a in zip(before[n], after[n], strict=True)] for n in before}

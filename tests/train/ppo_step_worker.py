@@ -76,6 +76,8 @@ def main() -> None:
 
     from openrlhf.models import Actor, PolicyLoss
 
+    from rft.train.hooks.ppo_actor import ppo_train
+
     ref_actor = Actor(reference)
     ref_actor.packing_samples, ref_actor.temperature = False, 1.0
     ref_loss_fn = PolicyLoss(clip_eps_low=args.eps_clip_low_high[0], clip_eps_high=args.eps_clip_low_high[1])
@@ -123,7 +125,7 @@ def main() -> None:
     for call, (experiences, _) in enumerate(calls, start=1):
         for exp in experiences:
             trainer.replay_buffer.append(exp)
-        log["statuses"].append(trainer.ppo_train(0.0, global_step=call))
+        log["statuses"].append(ppo_train(trainer, 0.0, call))  # what PolicyModelActor.fit runs
         trainer.replay_buffer.clear()
         if call == 1:
             log["spike_log_after_call_1"] = os.path.exists(os.environ["SPIKE_LOG_PATH"])

@@ -23,9 +23,18 @@ def patched_files() -> list[str]:
     return sorted(files)
 
 
+def deadline_bound_ray(tree: ast.Module) -> bool:
+    """True when the module's `ray` is imported from rft.train.hooks (whose `get` waits with a deadline)."""
+    return any(isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rft.train.hooks")
+               and any((alias.asname or alias.name) == "ray" for alias in node.names) for node in tree.body)
+
+
 def untimed_ray_gets(source: str) -> list[int]:
-    """Lines of `ray.get(...)` calls without a `timeout=` keyword."""
-    return [node.lineno for node in ast.walk(ast.parse(source))
+    """Lines of `ray.get(...)` calls without a `timeout=` keyword, in a module whose `ray` is Ray's own."""
+    tree = ast.parse(source)
+    if deadline_bound_ray(tree):
+        return []
+    return [node.lineno for node in ast.walk(tree)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
             and isinstance(node.func.value, ast.Name) and node.func.value.id == "ray"
             and not any(k.arg == "timeout" for k in node.keywords)]
@@ -33,6 +42,23 @@ def untimed_ray_gets(source: str) -> list[int]:
 
 def test_the_scan_finds_an_untimed_wait():
     assert untimed_ray_gets("import ray\nray.get(x)\nray.get(x, timeout=3)\nwaits.get(x, role='a')\n") == [2]
+    assert untimed_ray_gets("import ray\nfrom rft.train.hooks.ppo_actor import ray\nray.get(x)\n") == []
+    assert untimed_ray_gets("import ray\nfrom rft.train.hooks import ppo_actor\nray.get(x)\n") == [3]
+
+
+def test_the_deadline_bound_ray_waits_with_the_engines_deadline(monkeypatch):
+    """ppo_actor.patch's `ray` (rft.train.hooks.ppo_actor.ray): get() is rft.train.waits.get with the engines'
+    deadline and `--vllm_call_timeout` named; every other attribute is Ray's own."""
+    import ray as real_ray
+
+    from rft.train.hooks import ppo_actor
+
+    seen = []
+    monkeypatch.setattr(waits, "get", lambda refs, role, timeout, setting: seen.append((refs, timeout, setting)))
+    monkeypatch.setattr(ppo_actor.ray, "timeout", 42.0)
+    ppo_actor.ray.get(["r"])
+    assert seen == [(["r"], 42.0, "--vllm_call_timeout")]
+    assert ppo_actor.ray.remote is real_ray.remote and ppo_actor.ray.put is real_ray.put
 
 
 def test_every_ray_get_in_the_patched_files_has_a_deadline(patched_openrlhf):
