@@ -130,7 +130,7 @@ def test_conflict_changes_nothing_and_names_patch_and_hunk(openrlhf_copy):
 
     res = run_apply(target=openrlhf_copy)
     assert res.returncode == 1
-    assert "metrics_trainer.patch" in res.stderr
+    assert "ppo_trainer.patch" in res.stderr
     assert "Hunk #" in res.stderr and "FAILED" in res.stderr
     assert "nothing was changed" in res.stderr
     assert tree(openrlhf_copy) == before
@@ -138,8 +138,8 @@ def test_conflict_changes_nothing_and_names_patch_and_hunk(openrlhf_copy):
 
     check = run_apply("--check", target=openrlhf_copy)
     assert check.returncode == 2
-    assert "metrics_trainer.patch" in check.stdout and "conflicts" in check.stdout
-    assert "ratio_logging_loss.patch     not applied" in check.stdout
+    assert "ppo_trainer.patch" in check.stdout and "conflicts" in check.stdout
+    assert "loss.patch                   not applied" in check.stdout
 
 
 def test_refuses_any_other_version(openrlhf_copy):
