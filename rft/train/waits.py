@@ -87,3 +87,25 @@ def get(refs: Any, role: str, timeout: float | None = None, *, names: Sequence[s
                               f"{setting}); the role is hung or dead")
     out = [values[i] for i in range(len(items))]
     return out[0] if single else out
+
+
+class DeadlineRay:
+    """The `ray` a patched OpenRLHF module sees: every attribute is Ray's, except `get`, which waits through `get`
+    above, naming the waiting call site (file:line function) as the role."""
+
+    def __init__(self, timeouts: dict[str, float] | None = None):
+        self._timeouts = dict(timeouts or {})  # function qualname -> deadline (default: resolve_timeout(None))
+
+    def __getattr__(self, name: str) -> Any:
+        import ray
+
+        return getattr(ray, name)
+
+    def get(self, refs: Any, timeout: float | None = None, *, names: Sequence[str] | None = None) -> Any:
+        """`get(refs, role=<call site>, timeout)`: `timeout` (<= 0: liveness only) or the caller's table entry."""
+        import sys
+
+        code = sys._getframe(1).f_code
+        line = sys._getframe(1).f_lineno
+        role = f"{os.path.basename(code.co_filename)}:{line} {code.co_qualname}"
+        return get(refs, role, timeout if timeout is not None else self._timeouts.get(code.co_qualname), names=names)

@@ -1,0 +1,6 @@
+"""Hooks of `openrlhf/trainer/ray/launcher.py`: its `ray.get`s wait with a deadline (placement and rank 0's
+address: PLACEMENT_TIMEOUT_S)."""
+
+from rft.train.waits import PLACEMENT_TIMEOUT_S, DeadlineRay
+
+ray = DeadlineRay({"RayActorGroup._initiate_actors": PLACEMENT_TIMEOUT_S})
