@@ -98,8 +98,8 @@ def test_the_patched_dispatch_gives_each_sample_its_seed(patched_openrlhf, monke
     gen = object.__new__(em.SamplesGenerator)
     gen.args = SimpleNamespace(n_samples_per_prompt=3, seed=7)
     gen.vllm_engines, gen.tokenizer = [engine], None
-    monkeypatch.setattr(em.ray, "get", lambda refs: refs)
-    monkeypatch.setattr(em.ray, "wait", lambda refs, **kw: (list(refs), []))  # the engines' load counts: answered
+    monkeypatch.setattr("ray.get", lambda refs: refs)
+    monkeypatch.setattr("ray.wait", lambda refs, **kw: (list(refs), []))  # the engines' load counts: answered
     gen._rft_sent = {}
     gen._dispatch_prompts_to_vllm(["q1", "q2", "q1"], ["1", "2", "1"], seed_step=("rollout", 5))
     assert [c["seeds"] for c in calls] == [group_seeds(7, ("rollout", 5), "q1", 3),
