@@ -74,7 +74,7 @@ ARGS=(
     # (docs/lora-sync.md#the-rollouttrainer-gap). --no_enable_vllm_is_correction drops both (attempts 26-28).
     --enable_vllm_is_correction
     # Checkpoints on the data disk every 5 rollout steps (~1 h at 10-13 min/step; an HF adapter for every probe
-    # point): DeepSpeed state for resume, LoRA + Adam only with our save_model.patch (~0.2 GB/save at 20b,
+    # point): DeepSpeed state for resume, LoRA + Adam only with our deepspeed.patch (~0.2 GB/save at 20b,
     # benchmarks/bench_ckpt_size.py; 0.9.3 added the frozen base), the last 3 kept; plus a
     # {tag}_hf LoRA adapter for eval (all kept). --disable_ds_ckpt saves adapters only: nothing to resume from.
     --save_path "$SAVE_PATH"

@@ -111,7 +111,7 @@ FIGURES: dict[str, Figure] = {
                          "(experience batches through the object store, the groups' method calls, the metrics "
                          "line, the sample dump): 5-10 s", 5.0, 10.0),
     "tokenizer_call_s": Figure(0.0, "s", "the tokenizer's load per engine call: 0, the engines hold one copy "
-                               "(shared_tokenizer.patch); 0.9.3 pickled it into every call, 0.56 s a load at "
+                               "(experience_maker.patch); 0.9.3 pickled it into every call, 0.56 s a load at "
                                "gpt-oss's 201k vocab (12.9 MB)"),
     "eval_prompts": Figure(200, "prompts", "the OOD probe (probe_set_200_ood.jsonl) when --eval_dataset is not on "
                            "this machine"),

@@ -10,7 +10,7 @@ vLLM engine actor (``LLMRayActor.apply_lora_update(self, payload)``, vllm_engine
 
     return await self.llm.collective_rpc("apply_lora_update", args=(payload,))
 
-vLLM worker (``WorkerWrap.apply_lora_update(self, payload)``, vllm_worker.patch)::
+vLLM worker (``WorkerWrap.apply_lora_update(self, payload)``, vllm_worker_wrap.patch)::
 
     applier = getattr(self, "_rft_lora_applier", None) or LoraMergeApplier(self.model_runner.model)
     self._rft_lora_applier = applier

@@ -1,4 +1,4 @@
-"""How the token losses of one optimizer step are combined (`--loss_aggregation`, loss_aggregation.patch).
+"""How the token losses of one optimizer step are combined (`--loss_aggregation`, loss.patch and ppo_actor.patch).
 
 DeepSpeed divides each micro-batch's loss by the gradient-accumulation count G and averages the gradients of the W
 data-parallel ranks, so the step's gradient is the plain mean of the G x W micro-batch gradients. The modes:

@@ -1,6 +1,6 @@
 """Advantage and token-entropy statistics of one `ppo_train` call, over every action token of every rank.
 
-Used by the patched `openrlhf.trainer.ray.ppo_actor` (metrics_actor.patch). Keys, in `KNOWN_KEYS`:
+Used by the patched `openrlhf.trainer.ray.ppo_actor` (ppo_actor.patch). Keys, in `KNOWN_KEYS`:
 `advantage_mean`, `advantage_std` (population std), `advantage_max`, `advantage_min` over the action tokens
 the loss sees; `entropy_mean`, `entropy_p10`, `entropy_p90` of the per-token entropy of the policy (nats; logged
 when OpenRLHF computes entropy, i.e. with `--entropy_loss_coef`, 0 = log only).

@@ -1,7 +1,8 @@
 """Waits on Ray actors with a deadline and a liveness check: a dead or silent role fails the run named, within
 minutes, instead of holding the other ranks until DeepSpeed's 60-minute NCCL timeout.
 
-The patches call `get(refs, role=...)` wherever 0.9.3 called `ray.get` without a timeout (`deadlines.patch`).
+The patched files wait through `get(refs, role=...)`, or their `ray` is a hook's `DeadlineRay`, wherever 0.9.3
+called `ray.get` without a timeout.
 Any answer restarts the clock (like `rft.train.engine_calls`); a dead actor fails at once, naming role and rank.
 """
 

@@ -1,4 +1,4 @@
-"""`--ref_from_actor` (rft/train/reference.py, levers.patch): the patched `PolicyModelActor.forward_reference` on a
+"""`--ref_from_actor` (rft/train/reference.py, ppo_actor.patch): the patched `PolicyModelActor.forward_reference` on a
 LoRA actor gives exactly the log-probs the patched `ReferenceModelActor.forward` gives on a separate copy of the base,
 and the patched train() creates no reference group when it is on.
 

@@ -86,7 +86,7 @@ def test_the_prompt_order_follows_the_seed():
 
 
 def test_the_patched_dispatch_gives_each_sample_its_seed(patched_openrlhf, monkeypatch):
-    """request_seeds.patch: each prompt's n samples carry group_seeds of (--seed, step, prompt, occurrence); a
+    """experience_maker.patch: each prompt's n samples carry group_seeds of (--seed, step, prompt, occurrence); a
     prompt sent twice in one step draws other samples; no seed_step, no seeds (the engine's generator)."""
     from types import SimpleNamespace
 
