@@ -42,7 +42,7 @@ def rft_imports(patch: str) -> list[tuple[str, str]]:
         if stmt.startswith("from rft"):
             while stmt.count("(") > stmt.count(")"):
                 i += 1
-                stmt += added[i].strip()
+                stmt += "\n" + added[i].strip()  # a comment may end a line
             node = ast.parse(stmt).body[0]
             assert isinstance(node, ast.ImportFrom)
             out += [(node.module or "", alias.name) for alias in node.names]
@@ -82,10 +82,22 @@ def exists_here(mod: str, name: str) -> bool:
 
 def test_every_rft_name_a_patch_imports_exists():
     found = {name: rft_imports((PATCHES / name).read_text()) for name in series()}
-    assert ("rft.train.robust_rewards", "unify_info_keys") in found["experience_maker.patch"]  # the reader's own check
+    assert ("rft.train.hooks.experience_maker", "unify_info_keys") in found["experience_maker.patch"]  # the reader's own check
     missing = [f"{patch}: from {mod} import {name}" for patch, names in found.items() for mod, name in names
                if not exists_here(mod, name)]
     assert not missing, missing
+
+
+# the patches already made thin: they import from rft.train.hooks.<their file's stem> and rft.train.flags only
+THIN = ("train_ppo_ray", "experience_maker", "ppo_trainer", "ppo_trainer_async", "agent", "replay_buffer", "launcher")
+
+
+def test_a_thin_patch_imports_only_its_hook_module_and_the_flags():
+    for stem in THIN:
+        modules = {mod for mod, _ in rft_imports((PATCHES / f"{stem}.patch").read_text())}
+        assert modules and modules <= {f"rft.train.hooks.{stem}", "rft.train", "rft.train.flags"}, (stem, modules)
+        if "rft.train" in modules:  # only `from rft.train import flags`
+            assert {n for m, n in rft_imports((PATCHES / f"{stem}.patch").read_text()) if m == "rft.train"} == {"flags"}
 
 
 def test_apply_reapply_check_reverse(openrlhf_copy, pristine_openrlhf_root):
