@@ -92,10 +92,11 @@ def get(refs: Any, role: str, timeout: float | None = None, *, names: Sequence[s
 
 class DeadlineRay:
     """The `ray` a patched OpenRLHF module sees: every attribute is Ray's, except `get`, which waits through `get`
-    above, naming the waiting call site (file:line function) as the role."""
+    above, naming the waiting call site (file:line function, and what it waits on where `roles` says) as the role."""
 
-    def __init__(self, timeouts: dict[str, float] | None = None):
+    def __init__(self, timeouts: dict[str, float] | None = None, roles: dict[str, str] | None = None):
         self._timeouts = dict(timeouts or {})  # function qualname -> deadline (default: resolve_timeout(None))
+        self._roles = dict(roles or {})  # function qualname -> what its waits are on, e.g. "actor group (fit)"
 
     def __getattr__(self, name: str) -> Any:
         import ray
@@ -106,7 +107,9 @@ class DeadlineRay:
         """`get(refs, role=<call site>, timeout)`: `timeout` (<= 0: liveness only) or the caller's table entry."""
         import sys
 
-        code = sys._getframe(1).f_code
-        line = sys._getframe(1).f_lineno
-        role = f"{os.path.basename(code.co_filename)}:{line} {code.co_qualname}"
-        return get(refs, role, timeout if timeout is not None else self._timeouts.get(code.co_qualname), names=names)
+        frame = sys._getframe(1)
+        qualname = frame.f_code.co_qualname
+        role = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} {qualname}"
+        if qualname in self._roles:
+            role += f" ({self._roles[qualname]})"
+        return get(refs, role, timeout if timeout is not None else self._timeouts.get(qualname), names=names)

@@ -171,3 +171,16 @@ def test_a_deadline_ray_names_the_call_site_and_takes_its_deadline_from_the_tabl
     idle = rank_class.remote()
     assert deadline_ray.get(idle.pid.remote(), timeout=30) == ray_local.get(idle.pid.remote(), timeout=60)
     ray_local.kill(idle)
+
+
+def test_a_deadline_ray_role_says_what_the_function_waits_on(ray_local, rank_class):
+    rank = rank_class.remote()
+    ray_local.get(rank.pid.remote(), timeout=60)
+
+    def fit():
+        return deadline_ray.get(rank.work.remote(60))
+
+    deadline_ray = waits.DeadlineRay({fit.__qualname__: 2}, roles={fit.__qualname__: "actor group: fit"})
+    with pytest.raises(waits.WaitTimeout, match=r"^test_waits\.py:\d+ .*fit \(actor group: fit\): no answer from rank 0"):
+        fit()
+    ray_local.kill(rank)

@@ -27,7 +27,10 @@ __all__ = ["ProgressWatch", "PromptFilter", "RolloutLog", "StepTimer", "engine_n
            "next_in_order", "ray", "ref_key", "repair_rollout_log_probs", "shared_tokenizer", "silent_engines",
            "unify_info_keys", "sanitized_rewards", "add_extra_logs", "reward_stats", "init_generator", "init_maker"]
 
-ray = DeadlineRay()
+ray = DeadlineRay(roles={
+    "SamplesGenerator._generate_vllm": "vLLM engine: a rollout already answered",
+    "RemoteExperienceMaker.make_experience": "reward/actor/critic/reference groups: the batch's forward passes",
+})
 
 
 def sanitized_rewards(args: Any, reward: Any, score: Any) -> tuple[Any, Any, bool]:

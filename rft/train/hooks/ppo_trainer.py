@@ -17,7 +17,14 @@ from rft.train.waits import DeadlineRay
 __all__ = ["STATE_KEY", "StepTimer", "account_rollout", "append_metrics", "batch_counts", "evaluate_at_start",
            "passes", "planned_rollout_steps", "prompts_loader", "ray", "sync_stats", "write_samples"]
 
-ray = DeadlineRay()
+ray = DeadlineRay(roles={
+    "BasePPOTrainer.train_step": "actor/critic groups: append",
+    "BasePPOTrainer.ppo_train": "actor/critic groups: fit",
+    "BasePPOTrainer.ppo_train.<locals>._run_sleep": "model group: reload_states, fit, offload_states",
+    "BasePPOTrainer.broadcast_to_vllm": "actor group: broadcast_to_vllm",
+    "BasePPOTrainer.save_logs_and_checkpoints": "actor/critic groups: save_checkpoint",
+    "BasePPOTrainer.init_checkpoint_states": "actor group: get_checkpoint_states",
+})
 
 
 def prompts_loader(strategy: Any, dataset: Any) -> Any:

@@ -18,7 +18,12 @@ __all__ = ["NO_DEADLINE", "ROLLOUT_KEY", "STATE_KEY", "account_rollout", "batch_
            "take_step_metrics"]
 
 # the vLLM lock is held for a whole generation or sync: waits on it check liveness only
-ray = DeadlineRay({"GenerateSamplesActor.fit": NO_DEADLINE, "TrainingActor.broadcast_to_vllm": NO_DEADLINE})
+ray = DeadlineRay({"GenerateSamplesActor.fit": NO_DEADLINE, "TrainingActor.broadcast_to_vllm": NO_DEADLINE}, roles={
+    "GenerateSamplesActor.fit": "vLLM lock",
+    "TrainingActor.broadcast_to_vllm": "vLLM lock",
+    "PPOTrainerAsync.fit": "generator and trainer actors",
+    "PPOTrainerAsync.get_max_steps": "generator actor: get_max_steps",
+})
 
 
 def pass_plan(generator: Any) -> tuple[Any, int]:

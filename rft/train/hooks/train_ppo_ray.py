@@ -7,4 +7,4 @@ from rft.train.waits import NO_DEADLINE, PLACEMENT_TIMEOUT_S, DeadlineRay
 
 __all__ = ["NO_DEADLINE", "PLACEMENT_TIMEOUT_S", "ActorAsReference", "ray", "uses_actor_as_reference"]
 
-ray = DeadlineRay()
+ray = DeadlineRay(roles={"train": "placement groups, model groups and the PPO trainer actor"})
