@@ -25,7 +25,7 @@ patches do not know about it. Each call site was shown necessary by switching it
 - vLLM 0.15.1's rewind of a seeded request's generator after a draw it discards (a chunked prefill's partial
   step): `gen.set_offset(gen.get_offset() - 4)` in `GPUModelRunner._bookkeeping_sync`
   (`vllm/v1/worker/gpu_model_runner.py:2875`), a CUDA (Philox) generator's call; a CPU generator raises "CPU
-  Generator does not use offset" and the engine dies at the first seeded rollout (request_seeds.patch).
+  Generator does not use offset" and the engine dies at the first seeded rollout (experience_maker.patch).
   Stand-in: the state of each such generator saved before the draw and restored instead.
 
 Not needed: `init_device_mesh("cuda")` (works on gloo), `torch.cuda.empty_cache` (a no-op without CUDA).

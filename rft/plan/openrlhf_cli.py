@@ -130,11 +130,24 @@ def parse_args(argv: list[str], entry: str = "ppo", root: Path | None = None) ->
     return ParseResult(namespace["args"], warnings)
 
 
+def _rft_actions(tree: ast.Module) -> list[argparse.Action]:
+    """The actions `rft.train.flags.add_flags` registers, when the CLI source imports that module (the patched
+    `train_ppo_ray`); none otherwise."""
+    imports = any(isinstance(n, ast.ImportFrom) and (n.module == "rft.train.flags" or (
+        n.module == "rft.train" and any(a.name == "flags" for a in n.names))) for n in ast.walk(tree))
+    if not imports:
+        return []
+    from rft.train import flags
+
+    parser = argparse.ArgumentParser(add_help=False)
+    flags.add_flags(parser)
+    return parser._actions
+
+
 def known_flags(entry: str = "ppo", root: Path | None = None) -> set[str]:
     """Every option string the (patched) parser defines, e.g. {'--offload', '--pretrain', ...}."""
-    path = cli_source(entry, root)
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    flags = set()
+    tree = ast.parse(cli_source(entry, root).read_text(encoding="utf-8"))
+    flags = {s for a in _rft_actions(tree) for s in a.option_strings}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
             flags.update(
@@ -146,7 +159,7 @@ def known_flags(entry: str = "ppo", root: Path | None = None) -> set[str]:
 def store_true_flags(entry: str = "ppo") -> set[str]:
     """The option strings the (patched) parser defines with `action="store_true"`, e.g. {'--offload', ...}."""
     tree = ast.parse(cli_source(entry).read_text(encoding="utf-8"))
-    flags = set()
+    flags = {s for a in _rft_actions(tree) if isinstance(a, argparse._StoreTrueAction) for s in a.option_strings}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
             action = next((k.value for k in node.keywords if k.arg == "action"), None)

@@ -52,7 +52,7 @@ def host_ram_terms(profile: str, offload: bool | None = None, zero_stage: int = 
     `offload`: --offload (ZeRO-3 parameters on the host); None takes the profile's default layout (120b on one
     node offloads, train_grpo_120b.sh). `zero_stage` below 3: no zero.Init, so every actor rank loads (and
     dequantizes) the whole model on the host at once, and the reference (stage 0 then) every one of its ranks too;
-    `ref_from_actor`: no reference model is loaded at all (20b; 120b has none). A LoRA save gathers the adapter only (save_model.patch,
+    `ref_from_actor`: no reference model is loaded at all (20b; 120b has none). A LoRA save gathers the adapter only (deepspeed.patch,
     rft/train/checkpoints.py gather_adapter_state: r64 on q/k/v/o at 120b is 36 x 64 x 20736 x 2 B = 0.1 GB), so
     no term counts a consolidated 16-bit model (21B x 2 B = 42 GB at 20b, 117B x 2 B = 234 GB at 120b).
     """

@@ -1,4 +1,4 @@
-"""rft's hooks in OpenRLHF 0.9.3's async trainer (`--async_train`), called by levers.patch: the sampler's side (the
+"""rft's hooks in OpenRLHF 0.9.3's async trainer (`--async_train`), called by ppo_trainer_async.patch: the sampler's side (the
 prompt filter's step budget and state, carried to the trainer with each batch) and the trainer's (the built-in eval).
 
 In the async trainer the sampler (`GenerateSamplesActor`) owns the prompt loader and the prompt filter, and the

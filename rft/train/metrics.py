@@ -112,7 +112,7 @@ KNOWN_KEYS = (
     "lora_sync_skipped",
     # rft: where the step's wall time goes, tokens/s, response-length tail (rft.train.step_timer)
     *STEP_TIME_KEYS,
-    # rft: --async_train: how many optimizer steps the rollouts lag the policy (the async queue size; levers.patch)
+    # rft: --async_train: how many optimizer steps the rollouts lag the policy (the async queue size; ppo_trainer_async.patch)
     "rollout_lag",
     # rft: the smoke's sync probe, trainer vs engine (rft.train.sync_probe)
     *PROBE_KEYS,

@@ -1,4 +1,4 @@
-"""The rollout/trainer gap of one `ppo_train` call over every action token of every rank (mismatch_metrics.patch).
+"""The rollout/trainer gap of one `ppo_train` call over every action token of every rank (ppo_actor.patch).
 
 With d = trainer log-prob - vLLM log-prob of the sampled token and r = exp(d), the per-step keys (in `KNOWN_KEYS`):
 

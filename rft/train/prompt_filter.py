@@ -1,6 +1,6 @@
 """Spend rollouts on prompts that teach: online group filtering, a prompt history across passes, a step budget.
 
-Called by `prompt_filter.patch` from OpenRLHF 0.9.3's `SamplesGenerator` and `PPOTrainer.fit`:
+Called by `experience_maker.patch` and `ppo_trainer.patch` from OpenRLHF 0.9.3's `SamplesGenerator` and `PPOTrainer.fit`:
 
 - **Filtering** (`--dynamic_filtering`, 0.9.3's flag): a group whose mean is outside the open
   `--dynamic_filtering_reward_range` is dropped and another prompt is rolled out in its place. 0.9.3 takes the
@@ -105,7 +105,7 @@ class PromptFilter:
 
     @classmethod
     def from_args(cls, args: Any) -> PromptFilter:
-        """From OpenRLHF's parsed args (the flags prompt_filter.patch adds default to off)."""
+        """From OpenRLHF's parsed args (the flags rft.train.flags adds default to off)."""
         return cls(
             dynamic_filtering=bool(getattr(args, "dynamic_filtering", False)),
             key=getattr(args, "dynamic_filtering_key", "score"),

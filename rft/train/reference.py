@@ -1,5 +1,5 @@
 """`--ref_from_actor`: the reference policy's log-probs from the LoRA actor with its adapter disabled, instead of a
-second copy of the frozen base in its own Ray group (called by levers.patch).
+second copy of the frozen base in its own Ray group (called by train_ppo_ray.patch and ppo_actor.patch).
 
 Under LoRA the reference policy is the actor's frozen base: PEFT's `disable_adapter()` runs every LoRA layer as its
 base layer, so the log-probs are the base model's, computed on weights the actor already holds (no second load,

@@ -54,7 +54,7 @@ def prompt_logprobs(output) -> list[float]:
 
 
 def mean_prompt_logprob(output) -> float:
-    """Mean of `prompt_logprobs` (ppo_actor.patch's probe; smoke_checks.patch compares token by token)."""
+    """Mean of `prompt_logprobs` (ppo_actor.patch's probe, compared token by token)."""
     values = prompt_logprobs(output)
     return sum(values) / len(values)
 

@@ -1,7 +1,8 @@
 """Waits on Ray actors with a deadline and a liveness check: a dead or silent role fails the run named, within
 minutes, instead of holding the other ranks until DeepSpeed's 60-minute NCCL timeout.
 
-The patches call `get(refs, role=...)` wherever 0.9.3 called `ray.get` without a timeout (`deadlines.patch`).
+The patched files wait through `get(refs, role=...)`, or their `ray` is a hook's `DeadlineRay`, wherever 0.9.3
+called `ray.get` without a timeout.
 Any answer restarts the clock (like `rft.train.engine_calls`); a dead actor fails at once, naming role and rank.
 """
 
@@ -87,3 +88,28 @@ def get(refs: Any, role: str, timeout: float | None = None, *, names: Sequence[s
                               f"{setting}); the role is hung or dead")
     out = [values[i] for i in range(len(items))]
     return out[0] if single else out
+
+
+class DeadlineRay:
+    """The `ray` a patched OpenRLHF module sees: every attribute is Ray's, except `get`, which waits through `get`
+    above, naming the waiting call site (file:line function, and what it waits on where `roles` says) as the role."""
+
+    def __init__(self, timeouts: dict[str, float] | None = None, roles: dict[str, str] | None = None):
+        self._timeouts = dict(timeouts or {})  # function qualname -> deadline (default: resolve_timeout(None))
+        self._roles = dict(roles or {})  # function qualname -> what its waits are on, e.g. "actor group (fit)"
+
+    def __getattr__(self, name: str) -> Any:
+        import ray
+
+        return getattr(ray, name)
+
+    def get(self, refs: Any, timeout: float | None = None, *, names: Sequence[str] | None = None) -> Any:
+        """`get(refs, role=<call site>, timeout)`: `timeout` (<= 0: liveness only) or the caller's table entry."""
+        import sys
+
+        frame = sys._getframe(1)
+        qualname = frame.f_code.co_qualname
+        role = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} {qualname}"
+        if qualname in self._roles:
+            role += f" ({self._roles[qualname]})"
+        return get(refs, role, timeout if timeout is not None else self._timeouts.get(qualname), names=names)

@@ -112,7 +112,7 @@ def test_reward_rises_only_when_rollouts_come_from_the_trained_policy(runs):
     # the rollout/trainer gap: near zero right after every sync; growing once syncs stop
     assert max(abs(v) for v in series(on, "vllm_kl")) < 0.01, series(on, "vllm_kl")
     assert statistics.median(series(off, "vllm_kl")[-3:]) > 0.05, series(off, "vllm_kl")
-    # the gap in full at every step of both runs (mismatch_metrics.patch, rft.train.mismatch)
+    # the gap in full at every step of both runs (experience_maker.patch, rft.train.mismatch)
     for rows in (on, off):
         assert all(r.get(k) is not None for r in rows for k in MISMATCH_KEYS), [sorted(r) for r in rows[:1]]
     assert max(series(on, "mismatch_out_of_band")) < 0.05  # measured: 0 at every step (token_mean run)
@@ -263,7 +263,7 @@ def test_a_resumed_run_writes_what_the_uninterrupted_run_wrote(runs, resumed):
     samples = compare_samples(resumed["dir"], runs["sync"]["dir"], from_step=9)
     assert metrics.differences == [] and metrics.rows == 24 + 3, metrics.differences[:20]  # evals at 16, 24, 32
     assert samples.differences == [] and samples.rows == 6, samples.differences  # steps 12, 16, ..., 32
-    # where each step's time goes, before the kill and after the resume alike (step_timing.patch)
+    # where each step's time goes, before the kill and after the resume alike (ppo_trainer.patch)
     for r in rows:
         assert all(r.get(k) is not None and r[k] >= 0 for k in TIME_KEYS), r
         assert sum(r[phase_key(p)] for p in PHASES) <= r[STEP_KEY] + 1e-6, r
@@ -480,7 +480,7 @@ def test_filter_and_history_switches_on_the_mixed_task(tmp_path):
 
 def test_async_train_with_the_reference_from_the_actor_learns_and_syncs_every_step(inputs, tmp_path):
     """The levers on (docs/step-time.md#levers): `--async_train` (generation one batch ahead of training, rft's hooks
-    ported by levers.patch) and `--ref_from_actor` (no reference model). It learns as the sync demo does, the adapter
+    ported by ppo_trainer_async.patch) and `--ref_from_actor` (no reference model). It learns as the sync demo does, the adapter
     lands every step, the built-in eval runs at the sync trainer's steps, and vllm_kl stays within the smoke bound
     judged as the monitor judges a lagged run (medians over lag + 2 steps)."""
     from rft.monitor.smoke_verdict import KL_BOUND

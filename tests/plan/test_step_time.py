@@ -251,7 +251,7 @@ def test_the_range_holds_the_stated_figures_and_a_file_pins_a_figure(tmp_path):
 
 def test_the_sync_is_the_bytes_it_moves_and_the_tokenizer_is_sent_once():
     """20b, r32 on q/k/v/o: 15.9M bf16 LoRA parameters (32 MB) to each of 2 engines plus the fixed cost; the
-    tokenizer's per-call load is 0 since shared_tokenizer.patch (0.56 s a call before)."""
+    tokenizer's per-call load is 0 since experience_maker.patch (0.56 s a call before)."""
     pr = predict(RECIPE_20B, DEFAULTS)
     moved = 2 * 2 * SHAPES["gpt-oss-20b"].lora_params(32)
     assert moved == pytest.approx(63.7e6, rel=1e-3)

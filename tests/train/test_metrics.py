@@ -112,8 +112,8 @@ def test_eval_generates_and_labels_eval_n(patched_openrlhf, log_dirs, monkeypatc
     gen.args = SimpleNamespace(n_samples_per_prompt=8, enable_vllm_is_correction=False)
     gen.vllm_engines = [engine]
     gen.tokenizer = None
-    monkeypatch.setattr(em.ray, "get", lambda refs: refs)  # engines are stand-ins; ray.get is a pass-through
-    monkeypatch.setattr(em.ray, "wait", lambda refs, num_returns, timeout: (list(refs), []))  # all answered
+    monkeypatch.setattr("ray.get", lambda refs: refs)  # engines are stand-ins; ray.get is a pass-through
+    monkeypatch.setattr("ray.wait", lambda refs, num_returns, timeout: (list(refs), []))  # all answered
     gen._dispatch_prompts_to_vllm(["q1", "q2"], ["1", "2"], n_samples_per_prompt=3, temperature=0.6)
     assert [c["num_samples"] for c in engine.calls] == [3, 3]
     engine.calls.clear()

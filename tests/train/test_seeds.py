@@ -86,7 +86,7 @@ def test_the_prompt_order_follows_the_seed():
 
 
 def test_the_patched_dispatch_gives_each_sample_its_seed(patched_openrlhf, monkeypatch):
-    """request_seeds.patch: each prompt's n samples carry group_seeds of (--seed, step, prompt, occurrence); a
+    """experience_maker.patch: each prompt's n samples carry group_seeds of (--seed, step, prompt, occurrence); a
     prompt sent twice in one step draws other samples; no seed_step, no seeds (the engine's generator)."""
     from types import SimpleNamespace
 
@@ -98,8 +98,8 @@ def test_the_patched_dispatch_gives_each_sample_its_seed(patched_openrlhf, monke
     gen = object.__new__(em.SamplesGenerator)
     gen.args = SimpleNamespace(n_samples_per_prompt=3, seed=7)
     gen.vllm_engines, gen.tokenizer = [engine], None
-    monkeypatch.setattr(em.ray, "get", lambda refs: refs)
-    monkeypatch.setattr(em.ray, "wait", lambda refs, **kw: (list(refs), []))  # the engines' load counts: answered
+    monkeypatch.setattr("ray.get", lambda refs: refs)
+    monkeypatch.setattr("ray.wait", lambda refs, **kw: (list(refs), []))  # the engines' load counts: answered
     gen._rft_sent = {}
     gen._dispatch_prompts_to_vllm(["q1", "q2", "q1"], ["1", "2", "1"], seed_step=("rollout", 5))
     assert [c["seeds"] for c in calls] == [group_seeds(7, ("rollout", 5), "q1", 3),

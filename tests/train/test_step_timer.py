@@ -165,7 +165,7 @@ def test_batch_counts_reads_masks_and_lengths():
 
 def test_the_patched_executor_stamps_generation_then_reward_and_the_generator_logs_them(patched_openrlhf,
                                                                                           monkeypatch, tmp_path):
-    """step_timing.patch: the real single-turn executor returns its sample's intervals, the real patched
+    """agent.patch, experience_maker.patch: the real single-turn executor returns its sample's intervals, the real patched
     SamplesGenerator gathers them with the sample's token count (the pristine release returns neither)."""
     from openrlhf.trainer.ppo_utils import experience_maker as em
     from openrlhf.utils import agent

@@ -61,12 +61,38 @@ def test_the_deadline_bound_ray_waits_with_the_engines_deadline(monkeypatch):
     assert ppo_actor.ray.remote is real_ray.remote and ppo_actor.ray.put is real_ray.put
 
 
+def hooked_ray(source: str) -> str | None:
+    """The rft.train.hooks module a file takes its `ray` from (`from rft.train.hooks.X import ray`), if any."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rft.train.hooks."):
+            if any((a.asname or a.name) == "ray" for a in node.names):
+                return node.module
+    return None
+
+
+def test_the_scan_sees_a_hooked_ray():
+    assert hooked_ray("from rft.train.hooks.launcher import ray\nray.get(x)\n") == "rft.train.hooks.launcher"
+    assert hooked_ray("import ray\nray.get(x)\n") is None
+
+
+def untimed(source: str) -> list[int]:
+    """`untimed_ray_gets`, except in a file whose `ray` is a hook's DeadlineRay (every get there has a deadline)."""
+    module = hooked_ray(source)
+    if module is None:
+        return untimed_ray_gets(source)
+    import importlib
+
+    assert isinstance(importlib.import_module(module).ray, waits.DeadlineRay), module
+    return []
+
+
 def test_every_ray_get_in_the_patched_files_has_a_deadline(patched_openrlhf):
     """Rank 0 never waits on engines or actor groups without a deadline: each `ray.get` in a file the series
-    patches carries a timeout, or the wait goes through rft.train.waits.get / rft.train.engine_calls.gather."""
+    patches carries a timeout, goes through rft.train.waits.get / rft.train.engine_calls.gather, or is the `get` of
+    a hook's DeadlineRay (the file's `ray`)."""
     files = patched_files()
     assert "openrlhf/trainer/ppo_trainer.py" in files and len(files) > 10
-    found = {f: untimed_ray_gets((patched_openrlhf / f).read_text()) for f in files}
+    found = {f: untimed((patched_openrlhf / f).read_text()) for f in files}
     assert not {f: lines for f, lines in found.items() if lines}, "ray.get without a deadline (file: lines)"
 
 
@@ -149,3 +175,38 @@ def test_the_deadline_setting(monkeypatch):
     monkeypatch.setenv(waits.TIMEOUT_ENV, "soon")
     with pytest.raises(ValueError, match="RFT_WAIT_TIMEOUT_S='soon'"):
         waits.resolve_timeout(None)
+
+
+def test_a_deadline_ray_names_the_call_site_and_takes_its_deadline_from_the_table(ray_local, rank_class):
+    """The `ray` a hooked OpenRLHF file sees: Ray's attributes, and a `get` whose role is the calling file:line and
+    function and whose deadline is the table's entry for that function (else the explicit timeout)."""
+    rank = rank_class.remote()
+
+    class Waiter:
+        def short(self):
+            return deadline_ray.get(rank.work.remote(60))
+
+    deadline_ray = waits.DeadlineRay({Waiter.short.__qualname__: 2})
+    assert deadline_ray.ObjectRef is ray_local.ObjectRef
+
+    start = time.monotonic()
+    with pytest.raises(waits.WaitTimeout, match=r"^test_waits\.py:\d+ .*Waiter\.short: no answer from rank 0 .*deadline 2 s"):
+        Waiter().short()
+    assert time.monotonic() - start < 10
+    ray_local.kill(rank)
+    idle = rank_class.remote()
+    assert deadline_ray.get(idle.pid.remote(), timeout=30) == ray_local.get(idle.pid.remote(), timeout=60)
+    ray_local.kill(idle)
+
+
+def test_a_deadline_ray_role_says_what_the_function_waits_on(ray_local, rank_class):
+    rank = rank_class.remote()
+    ray_local.get(rank.pid.remote(), timeout=60)
+
+    def fit():
+        return deadline_ray.get(rank.work.remote(60))
+
+    deadline_ray = waits.DeadlineRay({fit.__qualname__: 2}, roles={fit.__qualname__: "actor group: fit"})
+    with pytest.raises(waits.WaitTimeout, match=r"^test_waits\.py:\d+ .*fit \(actor group: fit\): no answer from rank 0"):
+        fit()
+    ray_local.kill(rank)
