@@ -15,8 +15,8 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
-from rft.launch.removed import PAGE as REMOVED_PAGE
-from rft.launch.removed import REMOVED
+from rft.plan.removed import PAGE as REMOVED_PAGE
+from rft.plan.removed import REMOVED
 from rft.provenance import REPO_ROOT as ROOT
 
 PAGE = ROOT / "docs" / "configuration.md"
@@ -230,7 +230,7 @@ def test_every_variable_read_is_on_the_page_and_every_listed_one_is_read():
 
 def test_the_removed_table_is_the_launchers():
     """The page's Removed rows that name a variable are, in order, the ones the launcher refuses while set
-    (rft/launch/removed.py), with the same new way; and the launcher's pointer is that section's anchor."""
+    (rft/plan/removed.py), with the same new way; and the launcher's pointer is that section's anchor."""
     text = PAGE.read_text()
     heading = next(ln for ln in text.splitlines() if ln.lower().startswith("## removed"))
     rows = []

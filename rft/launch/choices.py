@@ -74,7 +74,7 @@ def filter_flags(env: dict[str, str], kind: str, scheme: str) -> list[str]:
 
     A binary exact match and a reward file of the user's own filter on the score mean, range (0, 1); the judge
     (a right answer pays 0.8-1.0) and the signed scheme (a wrong one pays -1 or -0.5) on the mean of the
-    `correctness` log (--dynamic_filtering_key, rft.train.flags).
+    `correctness` log (--dynamic_filtering_key, rft.plan.flags).
     """
     flags = []
     if switch(env, "DYNAMIC_FILTER"):

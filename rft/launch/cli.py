@@ -1,6 +1,6 @@
 """`python -m rft.launch --profile 20b [--dry-run] -- <OpenRLHF flags>`: check, record, then exec OpenRLHF.
 
-A removed variable still set refuses the launch first (`rft.launch.removed`). It resolves the command
+A removed variable still set refuses the launch first (`rft.plan.removed`). It resolves the command
 (`--no_<flag>` pairs, rft's choices from `rft.launch.choices`) and runs every rule
 (`rft.launch.rules`); with --dry-run it prints every decision, the command and the checks and exits; otherwise
 it refuses a dirty git tree, tags `attempt-NN-start`, writes a run record (`rft.launch.record`) and the run's
@@ -22,7 +22,6 @@ from rft.launch import cpu_profile
 from rft.launch.choices import ChoiceError, Decisions, decide, with_suffix
 from rft.launch.lock import LaunchLocked, acquire_all, check_free
 from rft.launch.record import build_record, chat_date, git_state, tag_attempt, write_run_record
-from rft.launch.removed import still_set
 from rft.launch.rules import PROFILES, Profile, run_checks, sft_gpus, smoke_mode
 from rft.launch.run_pointer import write_pointer
 from rft.launch.smoke import relaunch_flags, smoke_flags, smoke_timeout
@@ -30,6 +29,7 @@ from rft.launch.smoke import resume_step as smoke_resume_step
 from rft.launch.supervise import supervise
 from rft.plan.memory_plan import render as memory_plan
 from rft.plan.openrlhf_cli import FlagError, apply_negations, format_command, resolve_overrides
+from rft.plan.removed import still_set
 from rft.plan.step_time import FIGURES_ENV, step_block
 from rft.provenance import REPO_ROOT, GitError
 from rft.provision.caches import cache_env, cache_line

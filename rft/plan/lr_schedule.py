@@ -370,8 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> int:
     """CLI: print the schedule report; exit 1 when the preflight fails, 2 on bad input or a removed variable without a flag form."""
-    from rft.launch.removed import as_flags, still_set, untranslated
     from rft.plan.openrlhf_cli import FlagError, parse_args
+    from rft.plan.removed import as_flags, still_set, untranslated
 
     environ = dict(os.environ if environ is None else environ)
     argv = sys.argv[1:] if argv is None else argv

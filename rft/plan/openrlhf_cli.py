@@ -131,13 +131,13 @@ def parse_args(argv: list[str], entry: str = "ppo", root: Path | None = None) ->
 
 
 def _rft_actions(tree: ast.Module) -> list[argparse.Action]:
-    """The actions `rft.train.flags.add_flags` registers, when the CLI source imports that module (the patched
-    `train_ppo_ray`); none otherwise."""
-    imports = any(isinstance(n, ast.ImportFrom) and (n.module == "rft.train.flags" or (
-        n.module == "rft.train" and any(a.name == "flags" for a in n.names))) for n in ast.walk(tree))
+    """The actions `rft.plan.flags.add_flags` registers, when the CLI source imports them (the patched
+    `train_ppo_ray`, through its hook module); none otherwise."""
+    imports = any(isinstance(n, ast.ImportFrom) and (n.module or "").startswith("rft.")
+                  and any(a.name == "flags" for a in n.names) for n in ast.walk(tree))
     if not imports:
         return []
-    from rft.train import flags
+    from rft.plan import flags
 
     parser = argparse.ArgumentParser(add_help=False)
     flags.add_flags(parser)

@@ -21,7 +21,7 @@ def served_lora_rank(rank: int) -> int:
 
 def uses_actor_as_reference(args) -> bool:
     """True when the run has a reference (--init_kl_coef > 0) and takes it from the LoRA actor with its adapter
-    disabled (--ref_from_actor, rft.train.flags): no reference group is placed or loaded."""
+    disabled (--ref_from_actor, rft.plan.flags): no reference group is placed or loaded."""
     return getattr(args, "init_kl_coef", 0) > 0 and bool(getattr(args, "ref_from_actor", False))
 
 

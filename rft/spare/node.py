@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rft.io import sha256_file
-from rft.launch.removed import still_set
+from rft.plan.removed import still_set
 from rft.provenance import REPO_ROOT, git, git_ok, package_versions, patch_state
 
 CONFIG_NAME = "spare.toml"

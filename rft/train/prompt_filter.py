@@ -105,7 +105,7 @@ class PromptFilter:
 
     @classmethod
     def from_args(cls, args: Any) -> PromptFilter:
-        """From OpenRLHF's parsed args (the flags rft.train.flags adds default to off)."""
+        """From OpenRLHF's parsed args (the flags rft.plan.flags adds default to off)."""
         return cls(
             dynamic_filtering=bool(getattr(args, "dynamic_filtering", False)),
             key=getattr(args, "dynamic_filtering_key", "score"),

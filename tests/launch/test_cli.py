@@ -18,7 +18,6 @@ from rft.fixtures.judge_server import JudgeServer
 from rft.fixtures.reward_files import write_reward_toml
 from rft.io import atomic_write_jsonl, sha256_file
 from rft.launch import cli, rules
-from rft.launch.removed import PAGE
 from rft.launch.run_pointer import find_run
 from rft.plan.openrlhf_cli import (
     FlagError,
@@ -27,6 +26,7 @@ from rft.plan.openrlhf_cli import (
     resolve_overrides,
     store_true_flags,
 )
+from rft.plan.removed import PAGE
 from rft.provenance import REPO_ROOT as ROOT
 from rft.provision import host
 from tests.support.git import git

@@ -19,7 +19,6 @@ from transformers import get_scheduler
 
 from rft.fixtures.patched_openrlhf import stub_env
 from rft.io import atomic_write_jsonl
-from rft.launch.removed import REMOVED, as_flags
 from rft.plan import lr_schedule
 from rft.plan.lr_schedule import (
     NEUTRAL_FLAGS,
@@ -35,6 +34,7 @@ from rft.plan.lr_schedule import (
     suggest,
 )
 from rft.plan.openrlhf_cli import known_flags, parse_args
+from rft.plan.removed import REMOVED, as_flags
 from rft.provenance import REPO_ROOT as ROOT
 
 HANG_S = 30  # far above any fast test here (about 1 s on 2 busy cores)

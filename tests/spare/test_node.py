@@ -27,7 +27,7 @@ CLI_FILES = [
     "rft/io.py",
     "rft/provenance.py",
     "rft/launch/__init__.py",
-    "rft/launch/removed.py",
+    "rft/plan/removed.py",
     "rft/launch/run_pointer.py",
     "rft/eval/__init__.py",
     "rft/eval/passk.py",

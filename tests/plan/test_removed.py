@@ -1,8 +1,8 @@
-"""rft/launch/removed.py: a removed variable still set is named with its new way and the page's row."""
+"""rft/plan/removed.py: a removed variable still set is named with its new way and the page's row."""
 
 from __future__ import annotations
 
-from rft.launch.removed import PAGE, REMOVED, as_flags, still_set
+from rft.plan.removed import PAGE, REMOVED, as_flags, still_set
 
 
 def test_each_removed_variable_set_gets_one_line_with_its_new_way():

@@ -1,4 +1,4 @@
-"""rft.train.flags: every rft flag registered in one place, seen by the launch's reading of the patched parser, and
+"""rft.plan.flags: every rft flag registered in one place, seen by the launch's reading of the patched parser, and
 validated after parsing by OpenRLHF's own `train_ppo_ray` block."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ import argparse
 
 import pytest
 
-from rft.launch import openrlhf_cli
-from rft.train import flags
+from rft.plan import flags, openrlhf_cli
 
 BASE = ["--pretrain", "m", "--prompt_data", "d", "--actor_num_gpus_per_node", "1", "--micro_rollout_batch_size", "1",
         "--advantage_estimator", "group_norm", "--n_samples_per_prompt", "2", "--remote_rm_url", "r.py",
