@@ -23,7 +23,7 @@ from rft.train.token_stats import TokenStats
 __all__ = ["lora_init_seed", "ray"]
 
 
-class EngineWaitRay:
+class EngineWaitRay(waits.DeadlineRay):
     """The `ray` module as ppo_actor.py sees it: `get` waits with the engines' deadline (`--vllm_call_timeout`)
     and a liveness check (rft.train.waits); every other attribute is Ray's own."""
 
@@ -31,9 +31,6 @@ class EngineWaitRay:
 
     def get(self, refs: Any) -> Any:
         return waits.get(refs, "vLLM engines (weight sync)", self.timeout, setting="--vllm_call_timeout")
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(_ray, name)
 
 
 ray = EngineWaitRay()
