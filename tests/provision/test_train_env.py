@@ -120,7 +120,8 @@ def fake_tools(bin_dir: Path, *, python: str | None = None, nvcc: str | None = N
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHON", "CUDA_HOME",
-                                                               "CUDA_PATH")}
+                                                               "CUDA_PATH", "MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    # (the make variables: the suite runs under `make test`; a user's `make train` starts from a shell)
     keep = [d for d in env["PATH"].split(":") if d and not (Path(d) / "nvcc").exists()]
     env["PATH"] = ":".join([str(bin_dir), *keep])
     return env
