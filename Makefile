@@ -26,7 +26,7 @@ TRAIN_SCRIPT ?= train_grpo_20b_a28a.sh
 .PHONY: test test-main test-vllm venv venv-vllm lint bench clean train train-env demo mutate gpu-check gpu-check-wheels gpu-check-install rehearse
 
 # The names ARGS replaced, refused when given on the command line (docs/configuration.md#removed-variables-old---new).
-$(foreach old,MODULES GPU_CHECK_ARGS REHEARSE_ARGS,$(if $(filter command line,$(origin $(old))),$(error $(old) is no longer read: give ARGS="$($(old))" instead)))
+$(foreach old,MODULES GPU_CHECK_ARGS REHEARSE_ARGS,$(if $(filter command line,$(origin $(old))),$(error $(old) is not read: give ARGS="$($(old))" instead)))
 
 test: lint test-main test-vllm
 

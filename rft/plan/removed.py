@@ -1,4 +1,4 @@
-"""Environment variables the launcher no longer reads: one still set refuses the launch, naming its new way.
+"""Removed environment variables and their new way: one still set refuses the launch, naming its replacement.
 
 REMOVED holds the environment-variable rows of docs/configuration.md's "Removed variables: old -> new" table
 (tests/test_configuration.py checks the page against it), so a leftover `OFFLOAD=0` or `REWARD_FUNC=...` is not
@@ -95,5 +95,5 @@ def untranslated(env: Mapping[str, str]) -> list[str]:
 
 def still_set(env: Mapping[str, str]) -> list[str]:
     """One line for each removed variable `env` still sets: its name, the new way, and the page's row."""
-    return [f"{removed_name(old)} is set but no longer read: {old} is now {new} ({PAGE}); unset it"
+    return [f"{removed_name(old)} is set but not read: {old} is now {new} ({PAGE}); unset it"
             for old, new in REMOVED if removed_name(old) in env]

@@ -204,8 +204,8 @@ def test_a_removed_variable_still_set_refuses_the_launch(patched_root, data_dir,
         lines = res.stderr.strip().splitlines()
         assert res.returncode == 2 and res.stdout == "", res.stderr
         assert lines[-2:] == [
-            f"launch refused: OFFLOAD is set but no longer read: OFFLOAD=0 is now --no_offload ({PAGE}); unset it",
-            f"launch refused: REWARD_FUNC is set but no longer read: REWARD_FUNC=path is now REWARD=path ({PAGE}); "
+            f"launch refused: OFFLOAD is set but not read: OFFLOAD=0 is now --no_offload ({PAGE}); unset it",
+            f"launch refused: REWARD_FUNC is set but not read: REWARD_FUNC=path is now REWARD=path ({PAGE}); "
             "unset it",
         ], name
 

@@ -209,7 +209,7 @@ def test_shell_the_guides_variables_run_as_their_flags_said_in_one_line():
 def test_shell_a_removed_variable_without_a_flag_form_is_refused():
     res = run_sh({"NS": "8", "PROMPT_HISTORY": "1"}, *schedule_flags())
     assert res.returncode == 2 and res.stdout == ""
-    assert "preflight_lr: PROMPT_HISTORY is set but no longer read: PROMPT_HISTORY=1 is now --prompt_history" in res.stderr
+    assert "preflight_lr: PROMPT_HISTORY is set but not read: PROMPT_HISTORY=1 is now --prompt_history" in res.stderr
 
 
 def test_shell_launch_flags_count_the_pool(tmp_path):

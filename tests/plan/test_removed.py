@@ -9,9 +9,9 @@ def test_each_removed_variable_set_gets_one_line_with_its_new_way():
     assert still_set({"MODEL": "m", "REWARD": "em"}) == []
     lines = still_set({"REWARD_FUNC": "/x/reward.py", "OFFLOAD": "0", "RFT_JUDGE_RPM": ""})
     assert lines == [
-        f"OFFLOAD is set but no longer read: OFFLOAD=0 is now --no_offload ({PAGE}); unset it",
-        f"REWARD_FUNC is set but no longer read: REWARD_FUNC=path is now REWARD=path ({PAGE}); unset it",
-        f"RFT_JUDGE_RPM is set but no longer read: RFT_JUDGE_RPM is now reward.toml: [judge] rpm ({PAGE}); unset it",
+        f"OFFLOAD is set but not read: OFFLOAD=0 is now --no_offload ({PAGE}); unset it",
+        f"REWARD_FUNC is set but not read: REWARD_FUNC=path is now REWARD=path ({PAGE}); unset it",
+        f"RFT_JUDGE_RPM is set but not read: RFT_JUDGE_RPM is now reward.toml: [judge] rpm ({PAGE}); unset it",
     ]
 
 

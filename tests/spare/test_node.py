@@ -136,7 +136,7 @@ def test_config_file_then_env_then_flag(tmp_path):
     cfg.write_text('host = "rlu@10.0.0.3"\nport = 2222\nrepo = "~/Code/rft"\nssh_options = ["-o", "X=1"]\n')
     c = load_config(cfg, env={})
     assert (c.host, c.port, c.repo, c.ssh_options) == ("rlu@10.0.0.3", 2222, "~/Code/rft", ("-o", "X=1"))
-    with pytest.raises(SpareError, match=r"RFT_SPARE_PORT is set but no longer read: RFT_SPARE_PORT is now "
+    with pytest.raises(SpareError, match=r"RFT_SPARE_PORT is set but not read: RFT_SPARE_PORT is now "
                                          r"spare.toml: port .*; unset it"):
         load_config(cfg, env={"RFT_SPARE_PORT": "22"})
     cfg.write_text('host = "rlu@10.0.0.3"\nport = 22\nssh_options = "-o \'A=b c\'"\n')
